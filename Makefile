@@ -1,0 +1,35 @@
+# Set-up and entry points. `make demo` and `make test` work from a fresh clone.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+export TI_SKIP_VERSION_CHECK := ON
+export WANDB_MODE ?= offline
+
+.PHONY: setup demo test test-slow bench validate clean
+
+$(BIN)/activate: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(BIN)/activate
+
+setup: $(BIN)/activate
+
+demo: setup          ## the main job: benchmark table, plot and video under out/demo
+	$(BIN)/python -m taigym.apps.demo --out out/demo
+
+test: setup          ## fast tests (CI)
+	$(BIN)/python -m pytest -q
+
+test-slow: setup     ## long physics validation checks
+	$(BIN)/python -m pytest -q -m slow
+
+bench: setup         ## speed figures (prints one JSON line at the end)
+	$(BIN)/python scripts/bench_sim.py
+
+validate: setup      ## validation plots against experiments
+	$(BIN)/python scripts/dam_break.py --out out/validation
+
+clean:
+	rm -rf out .pytest_cache

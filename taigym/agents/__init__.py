@@ -1,0 +1,41 @@
+"""taigym.agents: everything that acts in an env, behind one protocol (``reset``, ``act``).
+
+``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``.
+Planned (DESIGN.md §2): ``sqp``, ``sfrrt``, ``cmaes``, ``stance``, ``bc``, ``dagger``, ``rh``,
+``ppo``, ``sac``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Agent, evaluate, metrics_table, run_episode, summarise
+
+_REGISTRY = {
+    "random": "taigym.agents.random:RandomAgent",
+    "scripted": "taigym.agents.scripted:ScriptedAgent",
+}
+PLANNED = ("sqp", "sfrrt", "cmaes", "stance", "bc", "dagger", "rh", "ppo", "sac")
+
+
+def register(name: str, target: str) -> None:
+    """Register an agent class given as ``"module:Class"``."""
+    _REGISTRY[name] = target
+
+
+def available() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def make(name: str, env, **cfg) -> Agent:
+    """Build the agent ``name`` for ``env`` with configuration ``cfg``."""
+    if name not in _REGISTRY:
+        if name in PLANNED:
+            raise ValueError(f"agent {name!r} is not implemented yet; available: {', '.join(available())}")
+        raise ValueError(f"unknown agent {name!r}; available: {', '.join(available())}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)(env, **cfg)
+
+
+__all__ = ["Agent", "available", "evaluate", "make", "metrics_table", "register", "run_episode",
+           "summarise"]

@@ -1,0 +1,35 @@
+"""taigym.envs: Gymnasium environments, task samplers and splits, rendering, registration.
+
+Importing this package registers the environment ids (``taigym/Pour-v0``, ...) with Gymnasium;
+it does not import or initialise Taichi (the simulator is built on the first ``reset``).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
+_AVAILABLE = ("pour",)
+
+
+def tasks(family: str, split: str = "train") -> tuple:
+    """The fixed, seeded task split of an env family: ``split="train"`` (1000 tasks) or
+    ``"eval"`` (100 tasks), disjoint and identical on every machine."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    if family not in _AVAILABLE:
+        raise NotImplementedError(f"the {family!r} family has no tasks yet (available: {', '.join(_AVAILABLE)})")
+    from .pour_tasks import pour_tasks
+
+    return pour_tasks(split)
+
+
+def _register() -> None:
+    if "taigym/Pour-v0" not in gym.registry:
+        gym.register(id="taigym/Pour-v0", entry_point="taigym.envs.pour:PourEnv",
+                     vector_entry_point="taigym.envs.pour_vector:PourVectorEnv")
+
+
+_register()
+
+__all__ = ["FAMILIES", "tasks"]

@@ -1,0 +1,753 @@
+"""``taigym/Pour-v0``: pour liquid from a source container S into a moving target T (2D).
+
+This is seed 001's pouring problem (Pan & Manocha 2017, §IV-VI) at kitchen scale, simulated by
+the FLIP solver of ``taigym.sim``. The task (``env.unwrapped.task``, a frozen
+:class:`~taigym.envs.pour_tasks.PourTask`) fixes both containers, T's constant velocity, the fill
+level, the viscosity and whether the liquid starts at rest (TRANSFER+ZERO) or moving with S
+(TRANSFER+FOLLOW); see :mod:`taigym.envs.pour_tasks` for the distribution and its mapping from
+the paper's.
+
+The scene is 0.8 m x 0.5 m with solid edges (the bottom edge is the floor). S is moved
+kinematically by the agent; T moves at its constant velocity and bounces off the sides of a box
+that keeps it on the table (``task.target_pose_at(t)`` gives its whole trajectory). Poses are
+those of the containers' frames: origin at the centre of the inner bottom, y along the axis,
+theta counter-clockwise (pouring to the right means theta < 0).
+
+## Action space
+
+``Box(-1, 1, (3,), float32)``, scaled to S's displacement over one 0.05 s control step:
+
+| index | action | scale per step | max rate |
+|-------|--------|----------------|----------|
+| 0 | dx of S's frame origin | 0.025 m | 0.5 m/s |
+| 1 | dy of S's frame origin | 0.025 m | 0.5 m/s |
+| 2 | dtheta of S (counter-clockwise) | 0.1 rad | 2 rad/s |
+
+theta is kept in [-2.5, 2.5] rad. A component of the move that would make S's solid penetrate
+T's (deeper than it already does), go below the floor or leave the scene is not applied (the
+others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
+
+## Observation space
+
+``obs_mode="features"`` (default; seed 001 Fig. 4a): a float32 vector, every entry bounded:
+
+| index | observation | unit | range |
+|-------|-------------|------|-------|
+| 0-2 | S pose x, y, theta | m, m, rad | [0, 0.8], [0, 0.5], [-2.5, 2.5] |
+| 3-5 | S velocity vx, vy, omega (last step) | m/s, rad/s | [-1, 1], [-1, 1], [-2, 2] |
+| 6-7 | T position x, y | m | [0, 0.8], [0, 0.5] |
+| 8-9 | T velocity vx, vy | m/s | [-1, 1] |
+| 10-11 | T's opening centre minus S's opening centre | m | [-0.8, 0.8], [-0.5, 0.5] |
+| 12 | initial fill level | - | [0, 1] |
+| 13 | log10 viscosity (Pa s) | - | [-4, 0] |
+| 14 | time / horizon | - | [0, 1] |
+| 15-18 | S shape one-hot (rect, frustum, oval, cup) | - | {0, 1} |
+| 19-20 | S interior width (opening), height | m | [0, 0.4] |
+| 21-22 | S shape parameters (frustum: bottom/width; cup: corner radius/width; oval: body/width, neck height/height) | - | [0, 5] |
+| 23 | S's geometric max tilt angle at the task's fill | rad | [0, pi] |
+| 24-31 | the same for T (one-hot, width, height, 2 parameters) | | |
+| 32-... | liquid free-surface heightfield in S's frame, ``heightfield_bins`` columns across S's interior, newest of the last 4 frames first; height of the highest particle over S's inner bottom / S's height (0 = no liquid) | - | [0, 1.5] |
+
+``obs_mode="lip"`` (Fig. 4b): entries 0-31, then the liquid height at S's left and right lips
+(the highest particle within a band beside each lip, in S's frame, / S's height) for the last 4
+frames (8 numbers in [0, 1.5]). ``obs_mode="particles"``: ``Dict(state=Box(32,), particles=Box
+(n_particles, 4))`` with a fixed subsample of the particles (x, y, vx, vy; m, m/s). ``obs_mode=
+"rgb"``: a ``Box(0, 255, (H, W, 3), uint8)`` image of size ``image_size``.
+
+## Rewards
+
+Per step, normalised by the number of particles N (so that the return does not depend on the
+resolution):
+
+| term | value |
+|------|-------|
+| target | seed 001's R_p = (W - dist)/W, clipped to [0, 1], for each particle entering T this step (dist: distance from T's opening centre where it crosses the opening, W: half the opening width), minus the R_p earned earlier by each particle that leaves T; summed and divided by N |
+| spill | ``-spill_penalty`` (default 2) times the increase of the spilled fraction |
+| smoothness | ``-smoothness_penalty`` (default 1e-3) times ``||a_t - a_{t-1}||^2`` |
+
+The undiscounted return is thus (sum of R_p over the particles in T)/N - spill_penalty * spilled
+- smoothness, in about [-2, 1]. ``info`` holds the three terms.
+
+## Episode end
+
+* Termination: S is empty (``in_source <= 0.02``) and the liquid has settled (``in_flight <=
+  0.005``).
+* Truncation: at ``horizon`` (5 s = 100 steps), or when the solver blows up
+  (``info["sim_unstable"]``).
+
+## Info (every step, including reset)
+
+``in_source``, ``in_target``, ``spilled``, ``in_flight`` (fractions of the initial liquid),
+``success`` (= ``is_success``: in_target >= 0.9 and spilled <= 0.05), ``sim_unstable``,
+``time`` (s), ``source_pose``, ``source_velocity``, ``target_pose``, ``target_velocity``,
+``action_clipped``, ``collision`` (S's and T's solids overlap), ``reward_target``,
+``reward_spill``, ``reward_smooth``, ``n_particles``.
+
+## Arguments
+
+``gym.make("taigym/Pour-v0", container=None, target_container=None, fill=None, viscosity=None,
+target_velocity=None, liquid_velocity=None, task_split=None, obs_mode="features",
+resolution=128, render_mode=None, ...)``: task arguments left at ``None`` are sampled, others
+fix that variable of every sampled task; ``task_split="train"|"eval"`` samples tasks from the
+fixed split instead; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``)
+exactly. ``resolution`` is the number of grid cells across the 0.8 m scene (64-512; walls are
+``max(1 cm, 2 cells)`` thick). The batched version is ``gym.make_vec("taigym/Pour-v0",
+num_envs=B, vectorization_mode="vector_entry_point")``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from . import render as _render
+from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_VISCOSITY, SPLIT_SIZES,
+                         PourTask, pour_tasks, sample_task)
+
+CONTROL_DT = 0.05
+ACTION_SCALE = np.array([0.025, 0.025, 0.1])      # per step: m, m, rad
+TILT_LIMIT = 2.5                                  # rad
+EMPTY_FRACTION = 0.02
+SETTLED_FRACTION = 0.005
+SUCCESS_IN_TARGET = 0.9
+SUCCESS_MAX_SPILLED = 0.05
+HISTORY = 4                                       # frames of heightfield / lip height
+OBS_MODES = ("features", "lip", "particles", "rgb")
+SETTLE_SPEED = 0.05                               # m/s: slower liquid outside containers is spilled
+SOURCE, TARGET = 0, 1                             # body handles in the world
+N_STATE = 32
+GRAVITY = -9.81
+_EPS = 1e-6
+
+
+# ---------------------------------------------------------------------- configuration
+def _check_number(name: str, value: Any, lo: float, hi: float, *, integer: bool = False,
+                  lo_open: bool = False) -> float:
+    ok_type = isinstance(value, (int, np.integer)) if integer else \
+        isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    v = float(value) if ok_type else math.nan
+    ok = ok_type and math.isfinite(v) and (v > lo if lo_open else v >= lo) and v <= hi
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        raise ValueError(f"{name} must be {kind} in {rng}, got {value!r}")
+    return int(value) if integer else v
+
+
+@dataclass(frozen=True)
+class PourConfig:
+    """Validated constructor arguments shared by :class:`PourEnv` and the vector env."""
+
+    container: str | None = None
+    target_container: str | None = None
+    fill: float | None = None
+    viscosity: float | None = None
+    target_velocity: tuple | None = None
+    liquid_velocity: str | None = None
+    task_split: str | None = None
+    obs_mode: str = "features"
+    resolution: int = 128
+    render_mode: str | None = None
+    horizon: float = 5.0
+    max_particles: int | None = None
+    n_particles: int = 256
+    heightfield_bins: int = 16
+    image_size: tuple = (80, 128)
+    render_size: tuple = (320, 512)
+    spill_penalty: float = 2.0
+    smoothness_penalty: float = 1e-3
+    arch: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        if self.extra:
+            raise ValueError(f"unknown argument(s) for taigym/Pour-v0: {', '.join(sorted(self.extra))}")
+        for name in ("container", "target_container"):
+            v = getattr(self, name)
+            if v is not None and v not in ALL_SHAPES:
+                raise ValueError(f"{name} must be None (sampled) or one of {', '.join(ALL_SHAPES)}; got {v!r}")
+        if self.fill is not None:
+            set_("fill", _check_number("fill", self.fill, 0.0, 1.0, lo_open=True))
+        if self.viscosity is not None:
+            set_("viscosity", _check_number("viscosity", self.viscosity, 0.0, MAX_VISCOSITY))
+        if self.target_velocity is not None:
+            try:
+                tv = np.asarray(self.target_velocity, dtype=np.float64)
+            except (TypeError, ValueError):
+                tv = np.full(0, np.nan)
+            if tv.shape != (2,) or not np.all(np.isfinite(tv)) or np.hypot(*tv) > 1.0:
+                raise ValueError("target_velocity must be None (sampled) or (vx, vy) in m/s with "
+                                 f"speed <= 1, got {self.target_velocity!r}")
+            set_("target_velocity", (float(tv[0]), float(tv[1])))
+        if self.liquid_velocity is not None and self.liquid_velocity not in LIQUID_VELOCITIES:
+            raise ValueError(f"liquid_velocity must be None (sampled) or one of {LIQUID_VELOCITIES}, "
+                             f"got {self.liquid_velocity!r}")
+        if self.task_split is not None and self.task_split not in SPLIT_SIZES:
+            raise ValueError(f"task_split must be None or one of {tuple(SPLIT_SIZES)}, got {self.task_split!r}")
+        if self.obs_mode not in OBS_MODES:
+            raise ValueError(f"obs_mode must be one of {OBS_MODES}, got {self.obs_mode!r}")
+        _check_number("resolution", self.resolution, 64, 512, integer=True)
+        if self.render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {self.render_mode!r}")
+        set_("horizon", _check_number("horizon", self.horizon, CONTROL_DT, 60.0))
+        if self.max_particles is not None:
+            _check_number("max_particles", self.max_particles, 1, 10_000_000, integer=True)
+        _check_number("n_particles", self.n_particles, 1, 100_000, integer=True)
+        _check_number("heightfield_bins", self.heightfield_bins, 2, 256, integer=True)
+        for name in ("image_size", "render_size"):
+            v = getattr(self, name)
+            if not (isinstance(v, (tuple, list)) and len(v) == 2 and
+                    all(isinstance(s, (int, np.integer)) and 8 <= s <= 4096 for s in v)):
+                raise ValueError(f"{name} must be (height, width) in pixels, each in [8, 4096], got {v!r}")
+            set_(name, (int(v[0]), int(v[1])))
+        set_("spill_penalty", _check_number("spill_penalty", self.spill_penalty, 0.0, 1e6))
+        set_("smoothness_penalty", _check_number("smoothness_penalty", self.smoothness_penalty, 0.0, 1e6))
+        if self.arch not in ("cpu", "gpu", "cuda"):
+            raise ValueError(f"arch must be 'cpu', 'gpu' or 'cuda', got {self.arch!r}")
+
+    @property
+    def dx(self) -> float:
+        return DOMAIN[0] / self.resolution
+
+    @property
+    def wall_thickness(self) -> float:
+        """Container walls: 1 cm, or two grid cells if that is thicker (m)."""
+        return max(0.01, 2.0 * self.dx * (1.0 + 1e-9))
+
+    @property
+    def capacity(self) -> int:
+        """Particle capacity per scene: a full 10 cm x 12 cm cup plus 15 %, unless given."""
+        if self.max_particles is not None:
+            return int(self.max_particles)
+        spacing = 0.5 * self.dx
+        return int(math.ceil(1.15 * 0.10 * 0.12 / spacing ** 2)) + 16
+
+    @property
+    def max_steps(self) -> int:
+        return int(round(self.horizon / CONTROL_DT))
+
+    def sample(self, rng: np.random.Generator) -> PourTask:
+        if self.task_split is not None:
+            split = pour_tasks(self.task_split)
+            return split[min(int(rng.random() * len(split)), len(split) - 1)]
+        return sample_task(rng, source_container=self.container,
+                           target_container=self.target_container, fill=self.fill,
+                           viscosity=self.viscosity, target_velocity=self.target_velocity,
+                           liquid_velocity=self.liquid_velocity)
+
+
+def make_config(**kwargs) -> PourConfig:
+    names = set(PourConfig.__dataclass_fields__) - {"extra"}
+    known = {k: v for k, v in kwargs.items() if k in names}
+    extra = {k: v for k, v in kwargs.items() if k not in names}
+    return PourConfig(**known, extra=extra)
+
+
+def as_task(value) -> PourTask:
+    if isinstance(value, PourTask):
+        return value
+    if isinstance(value, dict):
+        return PourTask.from_dict(value)
+    raise ValueError(f"options['task'] must be a PourTask or its to_dict(), got {type(value).__name__}")
+
+
+# ---------------------------------------------------------------------- spaces
+def state_bounds() -> tuple[np.ndarray, np.ndarray]:
+    W, H = DOMAIN
+    lo = [0, 0, -TILT_LIMIT, -1, -1, -2, 0, 0, -1, -1, -W, -H, 0, -4, 0]
+    hi = [W, H, TILT_LIMIT, 1, 1, 2, W, H, 1, 1, W, H, 1, 0, 1]
+    box_lo = [0, 0, 0, 0, 0, 0, 0, 0]
+    box_hi = [1, 1, 1, 1, 0.4, 0.4, 5, 5]
+    lo += box_lo + [0] + box_lo
+    hi += box_hi + [math.pi] + box_hi
+    assert len(lo) == N_STATE
+    return np.array(lo, np.float32), np.array(hi, np.float32)
+
+
+def observation_space(cfg: PourConfig) -> spaces.Space:
+    lo, hi = state_bounds()
+    if cfg.obs_mode == "features":
+        n = HISTORY * cfg.heightfield_bins
+        return spaces.Box(np.concatenate([lo, np.zeros(n, np.float32)]),
+                          np.concatenate([hi, np.full(n, 1.5, np.float32)]), dtype=np.float32)
+    if cfg.obs_mode == "lip":
+        n = HISTORY * 2
+        return spaces.Box(np.concatenate([lo, np.zeros(n, np.float32)]),
+                          np.concatenate([hi, np.full(n, 1.5, np.float32)]), dtype=np.float32)
+    if cfg.obs_mode == "particles":
+        W, H = DOMAIN
+        plo = np.tile(np.array([0, 0, -10, -10], np.float32), (cfg.n_particles, 1))
+        phi = np.tile(np.array([W, H, 10, 10], np.float32), (cfg.n_particles, 1))
+        return spaces.Dict({"state": spaces.Box(lo, hi, dtype=np.float32),
+                            "particles": spaces.Box(plo, phi, dtype=np.float32)})
+    return spaces.Box(0, 255, (*cfg.image_size, 3), dtype=np.uint8)
+
+
+def action_space() -> spaces.Box:
+    return spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------- geometry helpers
+def _rot(theta: float) -> np.ndarray:
+    """Matrix M with world = local @ M for a counter-clockwise rotation by theta."""
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([[c, s], [-s, c]])
+
+
+def to_local(points: np.ndarray, pose) -> np.ndarray:
+    """World points (N, 2) -> the frame of ``pose`` = (x, y, theta)."""
+    return (points - pose[:2]) @ _rot(pose[2]).T
+
+
+def to_world(points: np.ndarray, pose) -> np.ndarray:
+    return points @ _rot(pose[2]) + pose[:2]
+
+
+def _densify(chain: np.ndarray, step: float) -> np.ndarray:
+    out = [chain[:1]]
+    for a, b in zip(chain[:-1], chain[1:]):
+        n = max(int(math.ceil(np.linalg.norm(b - a) / step)), 1)
+        t = np.arange(1, n + 1)[:, None] / n
+        out.append(a + t * (b - a))
+    return np.concatenate(out)
+
+
+def _shape_features(shape) -> np.ndarray:
+    onehot = [float(shape.shape == s) for s in ALL_SHAPES]
+    p = shape.params
+    if shape.shape == "frustum":
+        params = [p["bottom_width"] / shape.width, 0.0]
+    elif shape.shape == "cup":
+        params = [p["corner_radius"] / shape.width, 0.0]
+    elif shape.shape == "oval":
+        params = [p["body_width"] / shape.width, p["neck_height"] / shape.height]
+    else:
+        params = [0.0, 0.0]
+    return np.array(onehot + [shape.width, shape.height] + params)
+
+
+class _Member:
+    """Host-side state of one scene of the batch."""
+
+    def __init__(self) -> None:
+        self.task: PourTask | None = None
+        self.source = self.target = None
+        self.solid_pts = None          # S's wall centreline, densified (S frame)
+        self.s_pose = np.zeros(3)
+        self.s_vel = np.zeros(3)
+        self.t_pose = np.zeros(3)
+        self.t_vel = np.zeros(3)
+        self.time = 0.0
+        self.steps = 0
+        self.prev_action = np.zeros(3)
+        self.n = 0
+        self.in_t = np.zeros(0, bool)
+        self.earned = np.zeros(0)
+        self.prev_x = np.zeros((0, 2))
+        self.spilled = 0.0
+        self.hist = None
+        self.static = None             # per-task constant part of the state vector
+        self.max_tilt = 0.0
+        self.info: dict = {}
+        self.unstable = False
+
+
+class PourBatch:
+    """B pouring scenes on one batched ``World2D`` (built lazily, kept across resets).
+
+    Shared by :class:`PourEnv` (B = 1) and ``PourVectorEnv`` so that both give identical
+    transitions. Not a Gymnasium object itself.
+    """
+
+    def __init__(self, cfg: PourConfig, batch_size: int = 1):
+        self.cfg = cfg
+        self.B = int(batch_size)
+        self.world = None
+        self.members = [_Member() for _ in range(self.B)]
+        self.state_lo, self.state_hi = state_bounds()
+        self.obs_space = observation_space(cfg)
+
+    # ------------------------------------------------------------------ world
+    def _ensure_world(self, task: PourTask) -> None:
+        if self.world is not None:
+            return
+        from taigym import sim
+
+        cfg = self.cfg
+        w = sim.World2D(size=DOMAIN, cells=cfg.resolution, viscosity=task.viscosity,
+                        arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity)
+        w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
+        w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
+        w.build()
+        self.world = w
+
+    def _set_viscosity(self, b: int, mu: float) -> None:
+        w = self.world
+        if hasattr(w, "set_viscosity"):
+            w.set_viscosity(mu, member=b)
+        else:  # TODO(sim): public per-member viscosity setter
+            nu = w._solver.nu.to_numpy()
+            nu[b] = mu / w.density
+            w._solver.nu.from_numpy(nu)
+
+    def _reseed(self, b: int, seed: int) -> None:
+        w = self.world
+        if hasattr(w, "reseed"):
+            w.reseed(seed, member=b)
+        else:  # TODO(sim): public per-member jitter seed
+            w._rngs[b] = np.random.default_rng(seed)
+
+    # ------------------------------------------------------------------ reset
+    def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
+        cfg = self.cfg
+        self._ensure_world(task)
+        w, m = self.world, self.members[b]
+        source = task.source_shape(cfg.wall_thickness)
+        target = task.target_shape(cfg.wall_thickness)
+        s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
+        w.clear_liquid(member=b)
+        w.set_pose(SOURCE, task.source_pose, s_vel, member=b)
+        w.set_pose(TARGET, task.target_pose_at(0.0), task.target_velocity_at(0.0), member=b)
+        w.set_shape(SOURCE, source, member=b)
+        w.set_shape(TARGET, target, member=b)
+        self._set_viscosity(b, task.viscosity)
+        self._reseed(b, jitter_seed)
+        needed = len(source.fill_points(task.fill, w.spacing))
+        if needed > cfg.capacity:
+            raise ValueError(f"the task needs {needed} particles but max_particles={cfg.capacity}; "
+                             f"pass a larger max_particles to gym.make")
+        w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
+        m.task, m.source, m.target = task, source, target
+        m.solid_pts = _densify(np.asarray(source.walls), 0.5 * source.radius)
+        m.s_pose = np.array(task.source_pose, dtype=np.float64)
+        m.s_vel = s_vel
+        m.t_pose = task.target_pose_at(0.0)
+        m.t_vel = task.target_velocity_at(0.0)
+        m.time, m.steps, m.unstable = 0.0, 0, False
+        m.prev_action = np.clip(s_vel * CONTROL_DT / ACTION_SCALE, -1, 1)
+        m.n = w.particle_count(b)
+        x = w.positions(b)
+        m.prev_x = x
+        m.in_t = self._in_target(m, x, m.t_pose)
+        m.earned = np.zeros(m.n)
+        m.max_tilt = source.max_tilt_angle(task.fill)
+        m.static = np.concatenate([
+            [task.fill, math.log10(max(task.viscosity, 1e-4))],
+            [0.0],  # time, filled in per step
+            _shape_features(source), [m.max_tilt], _shape_features(target)])
+        fr = self._fractions(m, x, w.velocities(b))
+        m.spilled = fr["spilled"]
+        frame = self._frame(m, x)
+        m.hist = np.repeat(frame[None], HISTORY, axis=0)
+        m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
+                            collision=False)
+
+    # ------------------------------------------------------------------ geometry
+    def _in_target(self, m: _Member, x: np.ndarray, t_pose) -> np.ndarray:
+        loc = to_local(x, t_pose)
+        lo, hi = m.target.interior.min(0), m.target.interior.max(0)
+        cand = np.all((loc >= lo) & (loc <= hi), axis=1)
+        out = np.zeros(len(x), bool)
+        if cand.any():
+            out[cand] = m.target.contains(loc[cand])
+        return out
+
+    def _fractions(self, m: _Member, x: np.ndarray, v: np.ndarray) -> dict:
+        """Fractions of the liquid in S, in T, in flight and spilled (host-side, float64).
+
+        Liquid outside both containers is spilled if it is slow (< 5 cm/s) or below the level of
+        T's opening (it can no longer reach T: e.g. sliding on the floor), else in flight.
+        """
+        n = max(m.n, 1)
+        loc = to_local(x, m.s_pose)
+        lo, hi = m.source.interior.min(0), m.source.interior.max(0)
+        cand = np.all((loc >= lo) & (loc <= hi), axis=1)
+        in_s = np.zeros(len(x), bool)
+        if cand.any():
+            in_s[cand] = m.source.contains(loc[cand])
+        out = ~in_s & ~m.in_t
+        rim = to_world(m.target.opening_centre[None], m.t_pose)[0, 1]
+        slow = np.einsum("ij,ij->i", v, v) < SETTLE_SPEED ** 2
+        spilled = out & (slow | (x[:, 1] < rim))
+        return {"in": {SOURCE: in_s.sum() / n, TARGET: m.in_t.sum() / n},
+                "spilled": spilled.sum() / n, "in_flight": (out & ~spilled).sum() / n}
+
+    def _penetration(self, m: _Member, pose: np.ndarray, t_pose: np.ndarray) -> tuple[float, float]:
+        """(penetration of S's solid into T's, into the floor or scene edges), m."""
+        r = m.source.radius
+        pts = to_world(m.solid_pts, pose)
+        d_t = m.target.sdf(to_local(pts, t_pose)).min() - r
+        W, H = DOMAIN
+        edge = min(pts[:, 0].min() - r, W - pts[:, 0].max() - r, pts[:, 1].min() - r,
+                   H - pts[:, 1].max() - r)
+        return max(0.0, -d_t), max(0.0, -edge)
+
+    def _clip_move(self, m: _Member, delta: np.ndarray, t_next: np.ndarray) -> tuple[np.ndarray, bool]:
+        """S's next pose under the displacement ``delta``; components that would push S's solid
+        deeper into T's, the floor or the scene's edges are dropped. Returns (pose, clipped)."""
+        cur = m.s_pose
+        p0_t, p0_e = self._penetration(m, cur, t_next)
+        masks = ((1, 1, 1), (1, 0, 1), (1, 1, 0), (0, 1, 1), (1, 0, 0), (0, 0, 1), (0, 1, 0))
+        for mask in masks:
+            mk = np.array(mask, float)
+            if mask != (1, 1, 1) and not np.any(mk * delta):
+                continue
+            p = cur + mk * delta
+            p[2] = min(max(p[2], -TILT_LIMIT), TILT_LIMIT)
+            pen_t, pen_e = self._penetration(m, p, t_next)
+            if pen_t <= p0_t + _EPS and pen_e <= p0_e + _EPS:
+                return p, bool(mask != (1, 1, 1) or p[2] != cur[2] + delta[2])
+        return cur.copy(), bool(np.any(delta != 0))
+
+    # ------------------------------------------------------------------ features
+    def _frame(self, m: _Member, x: np.ndarray) -> np.ndarray:
+        """Heightfield (bins) or lip heights (2) of the liquid in S's frame, / S's height."""
+        cfg = self.cfg
+        if cfg.obs_mode not in ("features", "lip"):
+            return np.zeros(0)
+        s = m.source
+        h, r = s.height, s.radius
+        loc = to_local(x, m.s_pose)
+        xlo, xhi = s.interior[:, 0].min(), s.interior[:, 0].max()
+        sel = (loc[:, 1] >= -r) & (loc[:, 1] <= 1.5 * h) & (loc[:, 0] >= xlo) & (loc[:, 0] <= xhi)
+        loc = loc[sel]
+        y = np.clip(loc[:, 1] / h, 0.0, 1.5)
+        if cfg.obs_mode == "features":
+            nb = cfg.heightfield_bins
+            k = np.clip(((loc[:, 0] - xlo) / (xhi - xlo) * nb).astype(np.int64), 0, nb - 1)
+            out = np.zeros(nb)
+            np.maximum.at(out, k, y)
+            return out
+        band = max(0.2 * s.width, 1.5 * self.world.spacing)
+        (lx, _), (rx, _) = s.lips
+        out = np.zeros(2)
+        for i, lip_x in enumerate((lx, rx)):
+            near = np.abs(loc[:, 0] - lip_x) <= band
+            if near.any():
+                out[i] = y[near].max()
+        return out
+
+    def _state(self, m: _Member) -> np.ndarray:
+        oc_s = to_world(m.source.opening_centre[None], m.s_pose)[0]
+        oc_t = to_world(m.target.opening_centre[None], m.t_pose)[0]
+        st = np.concatenate([m.s_pose, m.s_vel, m.t_pose[:2], m.t_vel[:2], oc_t - oc_s, m.static])
+        st[14] = m.time / self.cfg.horizon
+        return np.clip(np.nan_to_num(st), self.state_lo, self.state_hi).astype(np.float32)
+
+    def observation(self, b: int):
+        cfg, m = self.cfg, self.members[b]
+        if cfg.obs_mode in ("features", "lip"):
+            obs = np.concatenate([self._state(m), np.clip(m.hist.ravel(), 0.0, 1.5)])
+            return obs.astype(np.float32)
+        if cfg.obs_mode == "particles":
+            x, v = self.world.positions(b), self.world.velocities(b)
+            idx = np.linspace(0, max(m.n - 1, 0), cfg.n_particles).round().astype(np.int64)
+            p = np.concatenate([x[idx], v[idx]], axis=1) if m.n else np.zeros((cfg.n_particles, 4))
+            sp = self.obs_space["particles"]
+            p = np.clip(np.nan_to_num(p), sp.low, sp.high).astype(np.float32)
+            return {"state": self._state(m), "particles": p}
+        return self.render(b, cfg.image_size, parabola=False)
+
+    # ------------------------------------------------------------------ step
+    def step(self, actions: np.ndarray, active: np.ndarray) -> None:
+        """Advance the active members by one control step under their actions in [-1, 1]^3."""
+        w, dt = self.world, CONTROL_DT
+        s_pose = np.array([m.s_pose for m in self.members])
+        s_vel = np.zeros((self.B, 3))
+        t_pose = np.array([m.t_pose for m in self.members])
+        t_vel = np.zeros((self.B, 3))
+        plans = {}
+        for b in np.flatnonzero(active):
+            m = self.members[b]
+            a = np.clip(np.nan_to_num(np.asarray(actions[b], np.float64)), -1.0, 1.0)
+            t_next = m.task.target_pose_at(m.time + dt)
+            s_next, clipped = self._clip_move(m, a * ACTION_SCALE, t_next)
+            s_vel[b] = (s_next - m.s_pose) / dt
+            t_vel[b] = (t_next - m.t_pose) / dt
+            plans[b] = (a, s_next, t_next, clipped)
+        w.set_pose(SOURCE, s_pose, s_vel)
+        w.set_pose(TARGET, t_pose, t_vel)
+        w.advance(dt)
+        unstable = w.unstable_members()
+        for b, (a, s_next, t_next, clipped) in plans.items():
+            self._after_step(b, a, s_next, t_next, clipped, bool(unstable[b]))
+
+    def _after_step(self, b: int, a, s_next, t_next, clipped: bool, unstable: bool) -> None:
+        cfg, w, m = self.cfg, self.world, self.members[b]
+        m.s_vel = (s_next - m.s_pose) / CONTROL_DT
+        m.t_vel = m.task.target_velocity_at(m.time + CONTROL_DT)
+        m.s_pose, m.t_pose = s_next, t_next
+        t_prev_pose = m.task.target_pose_at(m.time)
+        m.time += CONTROL_DT
+        m.steps += 1
+        m.unstable = unstable
+        x = np.nan_to_num(w.positions(b))
+        # seed 001's R_p for particles crossing T's opening this step; refunds for those leaving
+        in_t = self._in_target(m, x, m.t_pose)
+        entered, left = in_t & ~m.in_t, m.in_t & ~in_t
+        r = 0.0
+        if entered.any():
+            lp = to_local(m.prev_x[entered], t_prev_pose)
+            ln = to_local(x[entered], m.t_pose)
+            oc = m.target.opening_centre
+            lip_l, lip_r = m.target.lips
+            half_w = 0.5 * float(np.linalg.norm(lip_r - lip_l))
+            dy = ln[:, 1] - lp[:, 1]
+            safe = np.where(np.abs(dy) > 1e-12, dy, 1.0)
+            t = np.where(np.abs(dy) > 1e-12, np.clip((oc[1] - lp[:, 1]) / safe, 0.0, 1.0), 1.0)
+            cross = lp + t[:, None] * (ln - lp)
+            rp = np.clip((half_w - np.linalg.norm(cross - oc, axis=1)) / half_w, 0.0, 1.0)
+            m.earned[entered] = rp
+            r += rp.sum()
+        if left.any():
+            r -= m.earned[left].sum()
+            m.earned[left] = 0.0
+        m.in_t, m.prev_x = in_t, x
+        n = max(m.n, 1)
+        fr = self._fractions(m, x, np.nan_to_num(w.velocities(b)))
+        r_target = r / n
+        r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
+        r_smooth = -cfg.smoothness_penalty * float(np.sum((a - m.prev_action) ** 2))
+        m.spilled = fr["spilled"]
+        m.prev_action = a
+        if cfg.obs_mode in ("features", "lip"):
+            m.hist = np.concatenate([self._frame(m, x)[None], m.hist[:-1]])
+        pen_t, _ = self._penetration(m, m.s_pose, m.t_pose)
+        m.info = self._info(b, fr, r_target=r_target, r_spill=r_spill, r_smooth=r_smooth,
+                            clipped=clipped, collision=pen_t > 1e-4)
+
+    def _info(self, b: int, fr: dict, *, r_target, r_spill, r_smooth, clipped, collision) -> dict:
+        m = self.members[b]
+        in_s, in_t = float(fr["in"].get(SOURCE, 0.0)), float(fr["in"].get(TARGET, 0.0))
+        spilled, flight = float(fr["spilled"]), float(fr["in_flight"])
+        success = bool(in_t >= SUCCESS_IN_TARGET and spilled <= SUCCESS_MAX_SPILLED)
+        return {"in_source": in_s, "in_target": in_t, "spilled": spilled, "in_flight": flight,
+                "success": success, "is_success": success, "sim_unstable": bool(m.unstable),
+                "time": float(m.time), "source_pose": m.s_pose.copy(),
+                "source_velocity": m.s_vel.copy(), "target_pose": m.t_pose.copy(),
+                "target_velocity": m.t_vel.copy(), "action_clipped": bool(clipped),
+                "collision": bool(collision), "reward_target": float(r_target),
+                "reward_spill": float(r_spill), "reward_smooth": float(r_smooth),
+                "n_particles": int(m.n)}
+
+    def outcome(self, b: int) -> tuple[float, bool, bool]:
+        """(reward, terminated, truncated) of member b's last step."""
+        m, info = self.members[b], self.members[b].info
+        reward = info["reward_target"] + info["reward_spill"] + info["reward_smooth"]
+        terminated = (not m.unstable and info["in_source"] <= EMPTY_FRACTION
+                      and info["in_flight"] <= SETTLED_FRACTION)
+        truncated = m.unstable or (not terminated and m.steps >= self.cfg.max_steps)
+        return float(reward), bool(terminated), bool(truncated)
+
+    # ------------------------------------------------------------------ rendering
+    def outflow(self, b: int, x=None, v=None):
+        """Estimated outflow (start point c, velocity u) of liquid leaving S's lower lip, or None."""
+        m, w = self.members[b], self.world
+        if abs(m.s_pose[2]) < 0.2 or m.n == 0:
+            return None
+        x = w.positions(b) if x is None else x
+        v = w.velocities(b) if v is None else v
+        lips = to_world(np.array(m.source.lips), m.s_pose)
+        lip = lips[np.argmin(lips[:, 1])]
+        outside_s = ~m.source.contains(to_local(x, m.s_pose))
+        near = outside_s & ~m.in_t[:len(x)] & (np.linalg.norm(x - lip, axis=1) < 0.03)
+        if near.sum() < 3:
+            return None
+        return x[near].mean(0), v[near].mean(0)
+
+    def render(self, b: int, size_hw, parabola: bool = True) -> np.ndarray:
+        m, w = self.members[b], self.world
+        x, v = np.nan_to_num(w.positions(b)), np.nan_to_num(w.velocities(b))
+        bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
+                  (m.source, m.s_pose, _render.SOURCE_COLOUR)]
+        lines = []
+        if parabola:
+            est = self.outflow(b, x, v)
+            if est is not None:
+                c, u = est
+                tau = np.linspace(0.0, 0.6, 40)
+                pts = c + u * tau[:, None] + 0.5 * np.array([0.0, GRAVITY]) * tau[:, None] ** 2
+                pts = pts[pts[:, 1] >= 0.0]
+                if len(pts) > 1:
+                    lines.append((pts, _render.PARABOLA_COLOUR))
+        return _render.render_scene(size_hw, DOMAIN, bodies, x, v,
+                                    particle_size=1.2 * w.spacing, polylines=lines)
+
+
+# ---------------------------------------------------------------------- the env
+class PourEnv(gym.Env):
+    __doc__ = __doc__
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+
+    def __init__(self, **kwargs):
+        self.cfg = make_config(**kwargs)
+        self.render_mode = self.cfg.render_mode
+        self.action_space = action_space()
+        self.observation_space = observation_space(self.cfg)
+        self._batch = PourBatch(self.cfg, 1)
+        self._needs_reset = True
+
+    # public read-outs for experts, scripts and tests
+    @property
+    def task(self) -> PourTask | None:
+        return self._batch.members[0].task
+
+    @property
+    def world(self):
+        """The ``taigym.sim.World2D`` (member 0); None before the first reset."""
+        return self._batch.world
+
+    @property
+    def source_shape(self):
+        return self._batch.members[0].source
+
+    @property
+    def target_shape(self):
+        return self._batch.members[0].target
+
+    @property
+    def dt(self) -> float:
+        return CONTROL_DT
+
+    @property
+    def action_scale(self) -> np.ndarray:
+        return ACTION_SCALE.copy()
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        unknown = set(options) - {"task"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s): {', '.join(sorted(unknown))}; accepted: task")
+        task = as_task(options["task"]) if options.get("task") is not None else self.cfg.sample(self.np_random)
+        jitter = int(self.np_random.integers(2 ** 31))
+        self._batch.reset_member(0, task, jitter)
+        self._needs_reset = False
+        return self._batch.observation(0), dict(self._batch.members[0].info)
+
+    def step(self, action):
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step()")
+        a = np.asarray(action, dtype=np.float64).reshape(3)
+        self._batch.step(a[None], np.array([True]))
+        reward, terminated, truncated = self._batch.outcome(0)
+        return (self._batch.observation(0), reward, terminated, truncated,
+                dict(self._batch.members[0].info))
+
+    def render(self):
+        if self.render_mode != "rgb_array" or self.task is None:
+            return None
+        return self._batch.render(0, self.cfg.render_size)
+
+    def outflow(self):
+        """Estimated outflow start point and velocity (world, m and m/s), or None."""
+        return None if self.task is None else self._batch.outflow(0)
+
+    def close(self):
+        self._batch.world = None

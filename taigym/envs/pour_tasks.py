@@ -1,0 +1,311 @@
+"""Pour tasks: the frozen dataclass, its sampler and the fixed train/eval splits.
+
+A :class:`PourTask` is one instance of seed 001's pouring problem (§VI-A, Fig. 4c): a source
+container S holding liquid, a target container T moving at constant velocity, the fill level,
+the viscosity and the initial liquid velocity (TRANSFER+ZERO: at rest; TRANSFER+FOLLOW: moving
+with S). Everything is in SI units; poses are those of the containers' frames (origin at the
+centre of the inner bottom, y along the axis, DESIGN.md §2).
+
+Kitchen scaling of seed 001's distribution (the paper's workspace is metres-large):
+
+=====================  ===========================  =========================================
+variable               seed 001                     here (``sample_task``)
+=====================  ===========================  =========================================
+S - T, horizontal      [-3, 0] m                    x_S - x_T in [-0.40, -0.05] m (S on the
+                                                    left, as in the paper)
+S - T, vertical        [-3, 3] m                    S's inner bottom 3-12 cm above T's rim at
+                                                    its highest (pouring from above)
+speed of T             [-5, 5]^2 m/s                vx in [-0.3, 0.3], vy in [-0.05, 0.05],
+                                                    |v| <= 0.3 m/s; T bounces (elastic) off a
+                                                    box that keeps it on the table
+fill level             [0.3, 0.8]                   [0.3, 0.8] (same)
+containers             rect (test: + 2 shapes)      S: rect, frustum, cup, oval bottle, 6-10 cm
+                                                    wide, 8-12 cm tall; T: rect, frustum, cup,
+                                                    8-12 cm wide, 6-10 cm tall, holding at
+                                                    least 1.5x S's liquid
+viscosity              1e-3 (test: up to 0.125)     log-uniform in [1e-3, 0.1] Pa s
+initial liquid         FOLLOW or ZERO (datasets)    50/50; FOLLOW: S starts moving towards T
+velocity                                            at 0-0.2 m/s and the liquid with it
+=====================  ===========================  =========================================
+
+The domain is :data:`DOMAIN` = 0.8 m x 0.5 m; its edges are solid (the bottom one is the
+floor). ``taigym.envs.tasks("pour", split)`` gives 1000 train and 100 eval tasks drawn from
+fixed seeds with ``Generator.random`` only, so the lists are identical on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DOMAIN = (0.8, 0.5)                 #: (width, height) of the pouring scene, m
+TARGET_BOUNDS = (0.12, 0.68, 0.03, 0.09)  #: box (x_lo, x_hi, y_lo, y_hi) of T's frame origin, m
+SOURCE_SHAPES = ("rect", "frustum", "cup", "oval")
+TARGET_SHAPES = ("rect", "frustum", "cup")
+ALL_SHAPES = ("rect", "frustum", "oval", "cup")
+LIQUID_VELOCITIES = ("zero", "follow")
+MAX_TARGET_SPEED = 0.3              #: m/s, sampled speeds of T
+MAX_VISCOSITY = 0.5                 #: Pa s, upper limit accepted anywhere (honey-like)
+SPLIT_SIZES = {"train": 1000, "eval": 100}
+_SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
+
+
+def _float(name: str, value: Any, lo: float, hi: float) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
+def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = np.full(0, np.nan)
+    if a.shape != (size,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
+    return tuple(float(x) for x in a)
+
+
+def _params(name: str, value: Any) -> tuple[tuple[str, float], ...]:
+    items = dict(value).items() if not isinstance(value, tuple) else value
+    try:
+        out = tuple(sorted((str(k), float(v)) for k, v in items))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must map parameter names to numbers, got {value!r}") from None
+    if not all(math.isfinite(v) for _, v in out):
+        raise ValueError(f"{name} must hold finite numbers, got {value!r}")
+    return out
+
+
+def reflect(p0: float, v: float, t: float, lo: float, hi: float) -> tuple[float, float]:
+    """Position and velocity at time t of a point starting at p0 with velocity v that bounces
+    elastically between lo and hi (a triangle wave)."""
+    span = hi - lo
+    if span <= 0.0 or v == 0.0:
+        return min(max(p0, lo), hi), (0.0 if span <= 0.0 else v)
+    s = (p0 - lo + v * t) % (2.0 * span)
+    if s <= span:
+        return lo + s, v
+    return lo + 2.0 * span - s, -v
+
+
+@dataclass(frozen=True)
+class PourTask:
+    """One pouring problem (SI units). Build variants with ``dataclasses.replace``.
+
+    Containers are given by their interior dimensions (``width`` at the opening, ``height``) and
+    shape parameters (see ``taigym.sim.container``); the wall thickness is the env's (it depends
+    on the grid resolution). ``target_bounds`` = (x_lo, x_hi, y_lo, y_hi) is the box in which
+    T's frame origin moves at ``target_velocity``, bouncing elastically off its sides.
+    """
+
+    source_container: str = "rect"
+    source_width: float = 0.08
+    source_height: float = 0.10
+    source_params: tuple[tuple[str, float], ...] = ()
+    target_container: str = "rect"
+    target_width: float = 0.10
+    target_height: float = 0.08
+    target_params: tuple[tuple[str, float], ...] = ()
+    source_pose: tuple[float, float, float] = (0.2, 0.3, 0.0)
+    source_velocity: tuple[float, float] = (0.0, 0.0)
+    target_position: tuple[float, float] = (0.45, 0.05)
+    target_velocity: tuple[float, float] = (0.0, 0.0)
+    target_bounds: tuple[float, float, float, float] = TARGET_BOUNDS
+    fill: float = 0.6
+    viscosity: float = 1e-3
+    liquid_velocity: str = "zero"
+
+    def __post_init__(self) -> None:
+        set_ = functools.partial(object.__setattr__, self)
+        for role, shapes in (("source", ALL_SHAPES), ("target", ALL_SHAPES)):
+            shape = getattr(self, f"{role}_container")
+            if shape not in shapes:
+                raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
+            set_(f"{role}_width", _float(f"{role}_width", getattr(self, f"{role}_width"), 0.01, 0.4))
+            set_(f"{role}_height", _float(f"{role}_height", getattr(self, f"{role}_height"), 0.01, 0.4))
+            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_pose", _vector("source_pose", self.source_pose, 3))
+        set_("source_velocity", _vector("source_velocity", self.source_velocity, 2))
+        set_("target_position", _vector("target_position", self.target_position, 2))
+        set_("target_velocity", _vector("target_velocity", self.target_velocity, 2))
+        set_("target_bounds", _vector("target_bounds", self.target_bounds, 4))
+        x_lo, x_hi, y_lo, y_hi = self.target_bounds
+        if not (0 <= x_lo <= x_hi <= DOMAIN[0] and 0 <= y_lo <= y_hi <= DOMAIN[1]):
+            raise ValueError(f"target_bounds must satisfy 0 <= x_lo <= x_hi <= {DOMAIN[0]} and "
+                             f"0 <= y_lo <= y_hi <= {DOMAIN[1]}, got {self.target_bounds}")
+        x, y = self.target_position
+        if not (x_lo - 1e-9 <= x <= x_hi + 1e-9 and y_lo - 1e-9 <= y <= y_hi + 1e-9):
+            raise ValueError(f"target_position {self.target_position} must lie in target_bounds "
+                             f"{self.target_bounds}")
+        if math.hypot(*self.target_velocity) > 1.0:
+            raise ValueError(f"target_velocity must have a speed <= 1 m/s, got {self.target_velocity}")
+        if math.hypot(*self.source_velocity) > 1.0:
+            raise ValueError(f"source_velocity must have a speed <= 1 m/s, got {self.source_velocity}")
+        fill = float(self.fill) if isinstance(self.fill, (int, float, np.number)) else math.nan
+        if not (math.isfinite(fill) and 0.0 < fill <= 1.0):
+            raise ValueError(f"fill must be in (0, 1], got {self.fill!r}")
+        set_("fill", fill)
+        set_("viscosity", _float("viscosity", self.viscosity, 0.0, MAX_VISCOSITY))
+        if self.liquid_velocity not in LIQUID_VELOCITIES:
+            raise ValueError(f"liquid_velocity must be one of {LIQUID_VELOCITIES}, "
+                             f"got {self.liquid_velocity!r}")
+
+    # ------------------------------------------------------------------ geometry
+    def source_shape(self, wall_thickness: float = 0.01):
+        """S as a ``taigym.sim.Container`` with the given wall thickness (m)."""
+        from taigym.sim import container
+
+        return container(self.source_container, self.source_width, self.source_height,
+                         wall_thickness=wall_thickness, **dict(self.source_params))
+
+    def target_shape(self, wall_thickness: float = 0.01):
+        """T as a ``taigym.sim.Container`` with the given wall thickness (m)."""
+        from taigym.sim import container
+
+        return container(self.target_container, self.target_width, self.target_height,
+                         wall_thickness=wall_thickness, **dict(self.target_params))
+
+    def target_pose_at(self, t: float) -> np.ndarray:
+        """T's pose (x, y, 0) at time t (s): constant velocity, elastic bounces in target_bounds."""
+        x_lo, x_hi, y_lo, y_hi = self.target_bounds
+        x, _ = reflect(self.target_position[0], self.target_velocity[0], t, x_lo, x_hi)
+        y, _ = reflect(self.target_position[1], self.target_velocity[1], t, y_lo, y_hi)
+        return np.array([x, y, 0.0])
+
+    def target_velocity_at(self, t: float) -> np.ndarray:
+        """T's velocity (vx, vy, 0) at time t (s), signs flipped by the bounces."""
+        x_lo, x_hi, y_lo, y_hi = self.target_bounds
+        _, vx = reflect(self.target_position[0], self.target_velocity[0], t, x_lo, x_hi)
+        _, vy = reflect(self.target_position[1], self.target_velocity[1], t, y_lo, y_hi)
+        return np.array([vx, vy, 0.0])
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (lists and plain floats) that ``from_dict`` turns back into the task."""
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if k.endswith("_params"):
+                d[k] = {name: val for name, val in v}
+            elif isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PourTask":
+        if not isinstance(d, dict):
+            raise ValueError(f"from_dict needs a dict, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown PourTask field(s): {', '.join(unknown)}")
+        kw = {}
+        for k, v in d.items():
+            kw[k] = tuple(sorted(dict(v).items())) if k.endswith("_params") else \
+                tuple(v) if isinstance(v, list) else v
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# ---------------------------------------------------------------------- sampling
+def sample_task(rng: np.random.Generator, *, source_container: str | None = None,
+                target_container: str | None = None, fill: float | None = None,
+                viscosity: float | None = None, target_velocity=None,
+                liquid_velocity: str | None = None) -> PourTask:
+    """Draw a task from the kitchen-scaled distribution (module docstring).
+
+    Any argument given fixes that variable. The generator is always advanced by the same number
+    of draws (fixed variables consume theirs too), so fixing one variable does not change the
+    others; only ``Generator.random`` is used, which keeps the draws identical across platforms.
+    """
+    u = rng.random(24)  # every draw, in a fixed order
+    k = iter(range(24))
+
+    def uni(lo: float, hi: float) -> float:
+        return lo + (hi - lo) * float(u[next(k)])
+
+    def pick(options):
+        return options[min(int(u[next(k)] * len(options)), len(options) - 1)]
+
+    s_shape = pick(SOURCE_SHAPES)
+    s_shape = source_container if source_container is not None else s_shape
+    outer_w, s_h = uni(0.06, 0.10), uni(0.08, 0.12)
+    a, b = uni(0.0, 1.0), uni(0.0, 1.0)
+    if s_shape == "frustum":
+        s_w, s_params = outer_w, {"bottom_width": (0.5 + 0.3 * a) * outer_w}
+    elif s_shape == "cup":
+        s_w, s_params = outer_w, {"corner_radius": (0.1 + 0.2 * a) * outer_w}
+    elif s_shape == "oval":  # the bottle's body is the cup size, its neck half as wide
+        s_w = (0.45 + 0.15 * a) * outer_w
+        s_params = {"body_width": outer_w, "neck_height": (0.2 + 0.15 * b) * s_h}
+    else:
+        s_w, s_params = outer_w, {}
+
+    t_shape = pick(TARGET_SHAPES)
+    t_shape = target_container if target_container is not None else t_shape
+    t_w, t_h = uni(0.08, 0.12), uni(0.06, 0.10)
+    c = uni(0.0, 1.0)
+    t_params = {"frustum": {"bottom_width": (0.6 + 0.3 * c) * t_w},
+                "cup": {"corner_radius": (0.1 + 0.2 * c) * t_w}}.get(t_shape, {})
+    if t_shape == "oval":
+        t_params = {"body_width": 1.5 * t_w}
+
+    f = uni(0.3, 0.8)
+    f = float(fill) if fill is not None else f
+    mu = 10.0 ** uni(-3.0, -1.0)
+    mu = float(viscosity) if viscosity is not None else mu
+    speed, vy = uni(-MAX_TARGET_SPEED, MAX_TARGET_SPEED), uni(-0.05, 0.05)
+    vel = (speed, vy)
+    if math.hypot(*vel) > MAX_TARGET_SPEED:
+        vel = tuple(MAX_TARGET_SPEED * np.asarray(vel) / math.hypot(*vel))
+    vel = tuple(target_velocity) if target_velocity is not None else vel
+    follow = pick(LIQUID_VELOCITIES)
+    follow = liquid_velocity if liquid_velocity is not None else follow
+    s_speed = uni(0.0, 0.2)
+
+    x_lo, x_hi, y_lo, y_hi = TARGET_BOUNDS
+    d = uni(0.05, 0.40)                              # x_T - x_S at t = 0
+    x_t = uni(max(x_lo, 0.10 + d), x_hi)
+    y_t = uni(y_lo, y_hi)
+    gap = uni(0.03, 0.12)                           # S's inner bottom over T's highest rim
+    task = PourTask(
+        source_container=s_shape, source_width=s_w, source_height=s_h, source_params=s_params,
+        target_container=t_shape, target_width=t_w, target_height=t_h, target_params=t_params,
+        source_pose=(x_t - d, y_hi + t_h + gap, 0.0),
+        source_velocity=(s_speed, 0.0) if follow == "follow" else (0.0, 0.0),
+        target_position=(x_t, y_t), target_velocity=vel, fill=f, viscosity=mu,
+        liquid_velocity=follow)
+    # T must hold S's liquid with room to spare: deepen it if needed (T keeps its width).
+    s_area = task.source_shape().liquid_area(task.fill)
+    t_shape_obj = task.target_shape()
+    if t_shape_obj.interior_area < 1.5 * s_area:
+        scale = min(1.5 * s_area / t_shape_obj.interior_area, 0.12 / t_h)
+        task = dataclasses.replace(task, target_height=t_h * scale,
+                                   source_pose=(x_t - d, y_hi + t_h * scale + gap, 0.0))
+    return task
+
+
+@functools.lru_cache(maxsize=None)
+def _split(split: str) -> tuple[PourTask, ...]:
+    rng = np.random.default_rng(list(_SPLIT_SEEDS[split]))
+    return tuple(sample_task(rng) for _ in range(SPLIT_SIZES[split]))
+
+
+def pour_tasks(split: str = "train") -> tuple[PourTask, ...]:
+    """The fixed, seeded split: 1000 ``train`` or 100 ``eval`` tasks (disjoint, identical on
+    every machine)."""
+    if split not in SPLIT_SIZES:
+        raise ValueError(f"split must be one of {tuple(SPLIT_SIZES)}, got {split!r}")
+    return _split(split)

@@ -1,0 +1,724 @@
+"""A batched 2D FLIP liquid solver in Taichi (Zhu & Bridson 2005, solid boundaries after Batty,
+Bertails & Bridson 2007), the integrator of seed 004's appendix.
+
+One call of :meth:`Flip2D.advance` is ONE kernel launch: it advances every scene of the batch by
+a control interval, with as many CFL-limited substeps as each scene needs. The outer loop over
+scenes is the parallel one; everything inside a scene runs serially, which makes a scene's
+result bit-identical whatever the batch size, and lets the pressure solve use the (sequential)
+MIC(0) preconditioner.
+
+One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v on y-faces):
+
+1. solids: bodies move kinematically at their set velocity; their signed distance is sampled at
+   grid nodes, and every face gets the fraction of its length open to liquid (``wu``/``wv``,
+   Batty's weights) and the solid's velocity there;
+2. particle to grid (bilinear), extrapolation into air, a copy kept for the FLIP update;
+3. body force (gravity, or any frame acceleration) and explicit viscosity ``nu * lap(u)``;
+4. pressure projection: weighted Poisson equation on the liquid cells (air cells p = 0), solved
+   by MIC(0)-preconditioned conjugate gradients; compressed cells get a small expansion target
+   (density correction) so that the liquid keeps its area over long runs;
+5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
+   back out of solids (and their velocity into the solid removed).
+
+Every grid pass of a substep is restricted to the liquid's padded bounding box (``box``).
+
+Inside a scene the code is serial, so field updates are written ``a[i] = a[i] + x``: Taichi
+compiles ``a[i] += x`` on a field to an atomic add, several times slower here.
+
+Units: SI throughout (m, s, m/s). Pressure is solved as ``p * dt / rho`` (m^2/s).
+"""
+
+
+import numpy as np
+import taichi as ti
+
+from .geometry import KIND_BOX
+
+# Tolerances and limits (dimensionless unless stated).
+PCG_TOLERANCE = 1e-5      # relative max-norm residual of the pressure solve
+PCG_MAX_ITERS = 400
+MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
+MIC_SIGMA = 0.25
+EXTRAPOLATION_LAYERS = 2  # cells of valid velocity grown into air
+BOX_PAD = 4               # cells between the liquid's bounding box and the active grid's edge
+BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
+MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
+
+# Columns of the packed per-scene diagnostics written at the end of advance().
+D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
+N_DIAG = 8
+
+
+@ti.data_oriented
+class Flip2D:
+    """B independent liquid scenes on a ``nx`` x ``ny`` grid of spacing ``dx`` (metres)."""
+
+    def __init__(self, batch: int, nx: int, ny: int, dx: float, max_particles: int,
+                 max_bodies: int, max_chain_points: int, max_polygon_vertices: int, *,
+                 cfl: float, flip_ratio: float, dt_max: float, density_correction: float,
+                 settle_speed: float, particles_per_cell: int = 4):
+        self.B, self.nx, self.ny, self.dx = batch, nx, ny, dx
+        self.P, self.K = max_particles, max_bodies
+        self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
+        self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
+        self.r_particle = 0.25 * dx  # particles are seeded dx/2 apart
+        B, P, K, C = batch, max_particles, max_bodies, nx * ny
+        v2 = ti.types.vector(2, ti.f32)
+
+        # particles
+        self.x = ti.Vector.field(2, ti.f32, shape=(B, P))
+        self.v = ti.Vector.field(2, ti.f32, shape=(B, P))
+        self.n = ti.field(ti.i32, shape=B)
+        # per-scene physics
+        self.nu = ti.field(ti.f32, shape=B)             # kinematic viscosity, m^2/s
+        self.gravity = ti.Vector.field(2, ti.f32, shape=B)
+        # bodies: pose (x, y, theta) at the start of the interval and constant velocity over it
+        self.nbody = ti.field(ti.i32, shape=B)
+        self.kind = ti.field(ti.i32, shape=(B, K))
+        self.half = ti.Vector.field(2, ti.f32, shape=(B, K))        # box half extents
+        self.radius = ti.field(ti.f32, shape=(B, K))                # capsule-chain radius
+        self.nchain = ti.field(ti.i32, shape=(B, K))
+        self.chain = ti.Vector.field(2, ti.f32, shape=(B, K, max_chain_points))
+        self.bound = ti.field(ti.f32, shape=(B, K))                 # bounding radius
+        self.npoly = ti.field(ti.i32, shape=(B, K))                 # 0: not a container
+        self.poly = ti.Vector.field(2, ti.f32, shape=(B, K, max_polygon_vertices))
+        self.pose = ti.Vector.field(3, ti.f32, shape=(B, K))
+        self.body_vel = ti.Vector.field(3, ti.f32, shape=(B, K))
+        self.frame = ti.Vector.field(4, ti.f32, shape=(B, K))       # (x, y, cos, sin) now
+        # grid
+        self.u = ti.field(ti.f32, shape=(B, nx + 1, ny))
+        self.u_old = ti.field(ti.f32, shape=(B, nx + 1, ny))
+        self.u_tmp = ti.field(ti.f32, shape=(B, nx + 1, ny))
+        self.wu = ti.field(ti.f32, shape=(B, nx + 1, ny))
+        self.us = ti.field(ti.f32, shape=(B, nx + 1, ny))
+        self.valid_u = ti.field(ti.i32, shape=(B, nx + 1, ny))
+        self.w = ti.field(ti.f32, shape=(B, nx, ny + 1))
+        self.w_old = ti.field(ti.f32, shape=(B, nx, ny + 1))
+        self.w_tmp = ti.field(ti.f32, shape=(B, nx, ny + 1))
+        self.wv = ti.field(ti.f32, shape=(B, nx, ny + 1))
+        self.ws = ti.field(ti.f32, shape=(B, nx, ny + 1))
+        self.valid_w = ti.field(ti.i32, shape=(B, nx, ny + 1))
+        self.phi = ti.field(ti.f32, shape=(B, nx + 1, ny + 1))      # solid SDF at nodes
+        self.vnode = ti.Vector.field(2, ti.f32, shape=(B, nx + 1, ny + 1))
+        self.count = ti.field(ti.i32, shape=(B, nx, ny))
+        self.rho = ti.field(ti.f32, shape=(B, nx, ny))              # particles / rest count
+        self.cell_id = ti.field(ti.i32, shape=(B, nx, ny))
+        # Active box: all grid work of a substep happens in cells [i0, i1) x [j0, j1), the
+        # liquid's bounding box padded by BOX_PAD cells, so cost follows the liquid, not the room.
+        # Nothing outside it is read: the look-ups below treat it as empty air.
+        self.box = ti.Vector.field(4, ti.i32, shape=B)
+        # pressure system on the compact list of liquid cells, in lexicographic order
+        self.cells = ti.field(ti.i32, shape=(B, C))
+        self.nbr = ti.Vector.field(4, ti.i32, shape=(B, C))         # left, right, down, up
+        self.coef = ti.Vector.field(4, ti.f32, shape=(B, C))        # face weights to them
+        self.diag = ti.field(ti.f32, shape=(B, C))
+        self.precon = ti.field(ti.f32, shape=(B, C))
+        self.p = ti.field(ti.f32, shape=(B, C))
+        self.r = ti.field(ti.f32, shape=(B, C))
+        self.z = ti.field(ti.f32, shape=(B, C))
+        self.s = ti.field(ti.f32, shape=(B, C))
+        self.q = ti.field(ti.f32, shape=(B, C))
+        # outputs
+        self.diagnostics = ti.field(ti.f32, shape=(B, N_DIAG))
+        self.in_body = ti.field(ti.i32, shape=(B, K))
+        self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
+        self._v2 = v2
+
+    # ------------------------------------------------------------------ bodies
+    @ti.func
+    def to_body(self, b, k, p):
+        """World point -> body frame, with the frame stored for the current time."""
+        f = self.frame[b, k]
+        d = p - ti.Vector([f[0], f[1]])
+        return ti.Vector([f[2] * d[0] + f[3] * d[1], -f[3] * d[0] + f[2] * d[1]])
+
+    @ti.func
+    def body_sdf(self, b, k, p):
+        q = self.to_body(b, k, p)
+        d = 0.0
+        if self.kind[b, k] == KIND_BOX:
+            e = ti.abs(q) - self.half[b, k]
+            d = ti.max(e, 0.0).norm() + ti.min(ti.max(e[0], e[1]), 0.0)
+        else:
+            dmin = 1e9
+            for s in range(self.nchain[b, k] - 1):
+                a = self.chain[b, k, s]
+                ab = self.chain[b, k, s + 1] - a
+                h = ti.math.clamp((q - a).dot(ab) / ab.dot(ab), 0.0, 1.0)
+                dmin = ti.min(dmin, (q - a - h * ab).norm())
+            d = dmin - self.radius[b, k]
+        return d
+
+    @ti.func
+    def body_point_velocity(self, b, k, p):
+        bv = self.body_vel[b, k]
+        f = self.frame[b, k]
+        return ti.Vector([bv[0] - bv[2] * (p[1] - f[1]), bv[1] + bv[2] * (p[0] - f[0])])
+
+    @ti.func
+    def set_frames(self, b, t):
+        for k in range(self.nbody[b]):
+            pz = self.pose[b, k] + self.body_vel[b, k] * t
+            self.frame[b, k] = ti.Vector([pz[0], pz[1], ti.cos(pz[2]), ti.sin(pz[2])])
+
+    @ti.func
+    def inside_polygon(self, b, k, q):
+        """Crossing-number test of a body-frame point against body k's interior polygon."""
+        inside = 0
+        m = self.npoly[b, k]
+        for e in range(m):
+            a = self.poly[b, k, e]
+            c = self.poly[b, k, (e + 1) % m]
+            if (a[1] > q[1]) != (c[1] > q[1]):
+                xc = a[0] + (q[1] - a[1]) * (c[0] - a[0]) / (c[1] - a[1])
+                if q[0] < xc:
+                    inside = 1 - inside
+        return inside
+
+    @ti.func
+    def update_solids(self, b):
+        """Nodal solid SDF and velocity, then Batty's open-face fractions and face solid velocity."""
+        dx = self.dx
+        W, H = self.nx * dx, self.ny * dx
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1 + 1)):
+            p = ti.Vector([i * dx, j * dx])
+            phi = ti.min(ti.min(p[0], W - p[0]), ti.min(p[1], H - p[1]))  # domain walls
+            vel = ti.Vector([0.0, 0.0])
+            for k in range(self.nbody[b]):
+                f = self.frame[b, k]
+                if (p - ti.Vector([f[0], f[1]])).norm() < self.bound[b, k] + 2.0 * dx:
+                    d = self.body_sdf(b, k, p)
+                    if d < phi:
+                        phi = d
+                        vel = self.body_point_velocity(b, k, p)
+            self.phi[b, i, j] = phi
+            self.vnode[b, i, j] = vel
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            self.wu[b, i, j] = open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
+            self.us[b, i, j] = 0.5 * (self.vnode[b, i, j][0] + self.vnode[b, i, j + 1][0])
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            self.wv[b, i, j] = open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
+            self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
+
+    # ------------------------------------------------------------------ transfers
+    @ti.func
+    def splat(self, b, x, vel):
+        dx = self.dx
+        # u-faces sit at (i dx, (j + 1/2) dx), v-faces at ((i + 1/2) dx, j dx)
+        fx, fy = x[0] / dx, x[1] / dx - 0.5
+        i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
+        ax, ay = fx - i0, fy - j0
+        for di, dj in ti.static(ti.ndrange(2, 2)):
+            i, j = i0 + di, j0 + dj
+            if 0 <= i <= self.nx and 0 <= j < self.ny:
+                wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
+                self.u[b, i, j] = self.u[b, i, j] + (wgt * vel[0])
+                self.u_tmp[b, i, j] = self.u_tmp[b, i, j] + wgt
+        fx, fy = x[0] / dx - 0.5, x[1] / dx
+        i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
+        ax, ay = fx - i0, fy - j0
+        for di, dj in ti.static(ti.ndrange(2, 2)):
+            i, j = i0 + di, j0 + dj
+            if 0 <= i < self.nx and 0 <= j <= self.ny:
+                wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
+                self.w[b, i, j] = self.w[b, i, j] + (wgt * vel[1])
+                self.w_tmp[b, i, j] = self.w_tmp[b, i, j] + wgt
+
+    @ti.func
+    def splat_density(self, b):
+        """Particle count per cell and the bilinear number density at cell centres (1 = rest)."""
+        dx = self.dx
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            self.count[b, i, j] = 0
+            self.rho[b, i, j] = 0.0
+        for p in range(self.n[b]):
+            x = self.x[b, p]
+            ci = ti.min(ti.max(int(x[0] / dx), 0), self.nx - 1)
+            cj = ti.min(ti.max(int(x[1] / dx), 0), self.ny - 1)
+            self.count[b, ci, cj] = self.count[b, ci, cj] + 1
+            fx, fy = x[0] / dx - 0.5, x[1] / dx - 0.5
+            i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
+            ax, ay = fx - i0, fy - j0
+            for di, dj in ti.static(ti.ndrange(2, 2)):
+                i, j = i0 + di, j0 + dj
+                if 0 <= i < self.nx and 0 <= j < self.ny:
+                    wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
+                    self.rho[b, i, j] = self.rho[b, i, j] + (wgt / self.ppc)
+
+    @ti.func
+    def particles_to_grid(self, b):
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            self.u[b, i, j] = 0.0
+            self.u_tmp[b, i, j] = 0.0
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            self.w[b, i, j] = 0.0
+            self.w_tmp[b, i, j] = 0.0
+        for p in range(self.n[b]):
+            self.splat(b, self.x[b, p], self.v[b, p])
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            self.valid_u[b, i, j] = 0
+            if self.wu[b, i, j] == 0.0:
+                self.u[b, i, j] = self.us[b, i, j]
+                self.valid_u[b, i, j] = 1
+            elif self.u_tmp[b, i, j] > 1e-6:
+                self.u[b, i, j] = self.u[b, i, j] / (self.u_tmp[b, i, j])
+                self.valid_u[b, i, j] = 1
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            self.valid_w[b, i, j] = 0
+            if self.wv[b, i, j] == 0.0:
+                self.w[b, i, j] = self.ws[b, i, j]
+                self.valid_w[b, i, j] = 1
+            elif self.w_tmp[b, i, j] > 1e-6:
+                self.w[b, i, j] = self.w[b, i, j] / (self.w_tmp[b, i, j])
+                self.valid_w[b, i, j] = 1
+
+    @ti.func
+    def extrapolate(self, b, f: ti.template(), valid: ti.template(), i0, i1, j0, j1):
+        """Grow valid face velocities into air, one layer at a time (order independent),
+        over faces [i0, i1) x [j0, j1)."""
+        for layer in range(EXTRAPOLATION_LAYERS):
+            for i, j in ti.ndrange((i0, i1), (j0, j1)):
+                if valid[b, i, j] == 0:
+                    acc, cnt = 0.0, 0
+                    for d in ti.static(range(4)):
+                        ii = i + (d == 1) - (d == 0)
+                        jj = j + (d == 3) - (d == 2)
+                        if i0 <= ii < i1 and j0 <= jj < j1:
+                            vv = valid[b, ii, jj]
+                            if vv >= 1 and vv <= layer + 1:
+                                acc += f[b, ii, jj]
+                                cnt += 1
+                    if cnt > 0:
+                        f[b, i, j] = acc / cnt
+                        valid[b, i, j] = layer + 2
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):  # beyond the grown band: at rest
+            if valid[b, i, j] == 0:
+                f[b, i, j] = 0.0
+
+    @ti.func
+    def sample(self, b, f: ti.template(), x, ox, oy):
+        """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
+        ni, nj = f.shape[1], f.shape[2]
+        fx = ti.math.clamp(x[0] / self.dx - ox, 0.0, ni - 1.0 - 1e-4)
+        fy = ti.math.clamp(x[1] / self.dx - oy, 0.0, nj - 1.0 - 1e-4)
+        i0, j0 = int(fx), int(fy)
+        ax, ay = fx - i0, fy - j0
+        return ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
+                + (1 - ax) * ay * f[b, i0, j0 + 1] + ax * ay * f[b, i0 + 1, j0 + 1])
+
+    @ti.func
+    def grid_velocity(self, b, x):
+        return ti.Vector([self.sample(b, self.u, x, 0.0, 0.5), self.sample(b, self.w, x, 0.5, 0.0)])
+
+    @ti.func
+    def solid_at(self, b, x):
+        """Bilinear nodal SDF, its gradient and the solid velocity at a world point."""
+        dx = self.dx
+        fx = ti.math.clamp(x[0] / dx, 0.0, self.nx - 1e-4)
+        fy = ti.math.clamp(x[1] / dx, 0.0, self.ny - 1e-4)
+        i, j = int(fx), int(fy)
+        ax, ay = fx - i, fy - j
+        p00, p10 = self.phi[b, i, j], self.phi[b, i + 1, j]
+        p01, p11 = self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1]
+        phi = (1 - ax) * (1 - ay) * p00 + ax * (1 - ay) * p10 + (1 - ax) * ay * p01 + ax * ay * p11
+        grad = ti.Vector([(1 - ay) * (p10 - p00) + ay * (p11 - p01),
+                          (1 - ax) * (p01 - p00) + ax * (p11 - p10)]) / dx
+        vs = ((1 - ax) * (1 - ay) * self.vnode[b, i, j] + ax * (1 - ay) * self.vnode[b, i + 1, j]
+              + (1 - ax) * ay * self.vnode[b, i, j + 1] + ax * ay * self.vnode[b, i + 1, j + 1])
+        return phi, grad, vs
+
+    # ------------------------------------------------------------------ forces
+    @ti.func
+    def in_box(self, b, i, j):
+        bx = self.box[b]
+        return bx[0] <= i and i < bx[1] and bx[2] <= j and j < bx[3]
+
+    @ti.func
+    def count_at(self, b, i, j):
+        """Particles in cell (i, j); 0 outside the active box (where `count` is stale)."""
+        ic = ti.min(ti.max(i, 0), self.nx - 1)
+        jc = ti.min(ti.max(j, 0), self.ny - 1)
+        return self.count[b, ic, jc] * self.in_box(b, i, j)
+
+    @ti.func
+    def liquid_id(self, b, i, j):
+        """Index of cell (i, j) in the pressure system, or -1 (air, solid, outside the box)."""
+        ic = ti.min(ti.max(i, 0), self.nx - 1)
+        jc = ti.min(ti.max(j, 0), self.ny - 1)
+        c = self.cell_id[b, ic, jc]
+        if not self.in_box(b, i, j):
+            c = -1
+        return c
+
+    @ti.func
+    def near_liquid_u(self, b, i, j):
+        return (self.count_at(b, i - 1, j) + self.count_at(b, i, j)) > 0
+
+    @ti.func
+    def near_liquid_w(self, b, i, j):
+        return (self.count_at(b, i, j - 1) + self.count_at(b, i, j)) > 0
+
+    @ti.func
+    def body_forces(self, b, dt):
+        g = self.gravity[b]
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            if self.wu[b, i, j] > 0.0:
+                self.u[b, i, j] = self.u[b, i, j] + (g[0] * dt)
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            if self.wv[b, i, j] > 0.0:
+                self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
+        # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
+        # viscosity is far under the scheme's own numerical viscosity: skip the pass.
+        if self.nu[b] * dt > 1e-3 * self.dx * self.dx:
+            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, 0, i0, i1 + 1, j0, j1)
+            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, 1, i0, i1, j0, j1 + 1)
+
+    @ti.func
+    def viscosity(self, b, dt, f: ti.template(), tmp: ti.template(), wgt: ti.template(),
+                  fs: ti.template(), axis: ti.template(), i0, i1, j0, j1):
+        """Explicit u += dt nu lap(u) over faces [i0, i1) x [j0, j1): no-slip against solids,
+        zero gradient into air."""
+        c = dt * self.nu[b] / (self.dx * self.dx)
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            tmp[b, i, j] = f[b, i, j]
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            near = self.near_liquid_u(b, i, j) if ti.static(axis == 0) else self.near_liquid_w(b, i, j)
+            if wgt[b, i, j] > 0.0 and near:
+                centre = tmp[b, i, j]
+                lap = 0.0
+                for d in ti.static(range(4)):
+                    ii = i + (d == 1) - (d == 0)
+                    jj = j + (d == 3) - (d == 2)
+                    nb = centre
+                    if i0 <= ii < i1 and j0 <= jj < j1:
+                        if wgt[b, ii, jj] == 0.0:
+                            nb = fs[b, ii, jj]
+                        else:
+                            nb = tmp[b, ii, jj]
+                    lap += nb - centre
+                f[b, i, j] = centre + c * lap
+
+    # ------------------------------------------------------------------ pressure
+    @ti.func
+    def build_pressure_system(self, b, dt):
+        nx, ny, dx = self.nx, self.ny, self.dx
+        # Liquid cells: those holding particles, and cells centred inside a solid next to them.
+        # The latter are never air: a p = 0 there would suck liquid into the wall through the
+        # open part of a face that the wall surface cuts.
+        m = 0
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            self.cell_id[b, i, j] = -1
+            open_sum = self.wu[b, i, j] + self.wu[b, i + 1, j] + self.wv[b, i, j] + self.wv[b, i, j + 1]
+            liquid = self.count[b, i, j] > 0
+            if not liquid:
+                centre = 0.25 * (self.phi[b, i, j] + self.phi[b, i + 1, j]
+                                 + self.phi[b, i, j + 1] + self.phi[b, i + 1, j + 1])
+                if centre < 0.0:
+                    liquid = (self.count_at(b, i - 1, j) + self.count_at(b, i + 1, j)
+                              + self.count_at(b, i, j - 1) + self.count_at(b, i, j + 1)) > 0
+            if liquid and open_sum > 0.0:
+                self.cell_id[b, i, j] = m
+                self.cells[b, m] = i * ny + j
+                m += 1
+        for c in range(m):
+            i, j = self.cells[b, c] // ny, self.cells[b, c] % ny
+            wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
+            wd, wt = self.wv[b, i, j], self.wv[b, i, j + 1]
+            self.diag[b, c] = wl + wr + wd + wt
+            self.nbr[b, c] = ti.Vector([self.liquid_id(b, i - 1, j), self.liquid_id(b, i + 1, j),
+                                        self.liquid_id(b, i, j - 1), self.liquid_id(b, i, j + 1)])
+            self.coef[b, c] = ti.Vector([wl, wr, wd, wt])
+            # Batty's divergence: open part of a face carries the liquid, the rest the solid.
+            div = ((wr * self.u[b, i + 1, j] + (1 - wr) * self.us[b, i + 1, j])
+                   - (wl * self.u[b, i, j] + (1 - wl) * self.us[b, i, j])
+                   + (wt * self.w[b, i, j + 1] + (1 - wt) * self.ws[b, i, j + 1])
+                   - (wd * self.w[b, i, j] + (1 - wd) * self.ws[b, i, j]))
+            # density correction: compressed cells are asked to expand back over ~1/kappa steps
+            div -= self.kappa * ti.max(self.rho[b, i, j] - 1.0, 0.0) * dx / dt
+            self.r[b, c] = -dx * div
+            self.p[b, c] = 0.0
+        # MIC(0) preconditioner; neighbours below and to the left come first in the list
+        for c in range(m):
+            e = self.diag[b, c]
+            l, d = self.nbr[b, c][0], self.nbr[b, c][2]
+            if l >= 0:
+                a = self.coef[b, c][0] * self.precon[b, l]
+                e -= a * a + MIC_TAU * self.coef[b, c][0] * self.coef[b, l][3] * self.precon[b, l] ** 2
+            if d >= 0:
+                a = self.coef[b, c][2] * self.precon[b, d]
+                e -= a * a + MIC_TAU * self.coef[b, c][2] * self.coef[b, d][1] * self.precon[b, d] ** 2
+            if e < MIC_SIGMA * self.diag[b, c]:
+                e = self.diag[b, c]
+            self.precon[b, c] = 1.0 / ti.sqrt(e)
+        return m
+
+    @ti.func
+    def apply_preconditioner(self, b, m):
+        """z = M^-1 r by the two triangular sweeps of MIC(0)."""
+        for c in range(m):
+            t = self.r[b, c]
+            l, d = self.nbr[b, c][0], self.nbr[b, c][2]
+            if l >= 0:
+                t += self.coef[b, c][0] * self.precon[b, l] * self.q[b, l]
+            if d >= 0:
+                t += self.coef[b, c][2] * self.precon[b, d] * self.q[b, d]
+            self.q[b, c] = t * self.precon[b, c]
+        for cc in range(m):
+            c = m - 1 - cc
+            t = self.q[b, c]
+            rr, up = self.nbr[b, c][1], self.nbr[b, c][3]
+            if rr >= 0:
+                t += self.coef[b, c][1] * self.precon[b, c] * self.z[b, rr]
+            if up >= 0:
+                t += self.coef[b, c][3] * self.precon[b, c] * self.z[b, up]
+            self.z[b, c] = t * self.precon[b, c]
+
+    @ti.func
+    def solve_pressure(self, b, m):
+        """MIC(0)-PCG for A p = r; returns the iteration count."""
+        rmax0 = 0.0
+        for c in range(m):
+            rmax0 = ti.max(rmax0, ti.abs(self.r[b, c]))
+        iters = 0
+        if rmax0 > 0.0:
+            tol = PCG_TOLERANCE * rmax0
+            self.apply_preconditioner(b, m)
+            sigma = ti.cast(0.0, ti.f64)
+            for c in range(m):
+                self.s[b, c] = self.z[b, c]
+                sigma += ti.cast(self.z[b, c] * self.r[b, c], ti.f64)
+            while iters < PCG_MAX_ITERS:
+                iters += 1
+                sq = ti.cast(0.0, ti.f64)
+                for c in range(m):
+                    acc = self.diag[b, c] * self.s[b, c]
+                    for d in ti.static(range(4)):
+                        k = self.nbr[b, c][d]
+                        if k >= 0:
+                            acc -= self.coef[b, c][d] * self.s[b, k]
+                    self.q[b, c] = acc
+                    sq += ti.cast(acc * self.s[b, c], ti.f64)
+                alpha = ti.cast(sigma / sq, ti.f32) if sq != 0.0 else 0.0
+                rmax = 0.0
+                for c in range(m):
+                    self.p[b, c] = self.p[b, c] + (alpha * self.s[b, c])
+                    self.r[b, c] = self.r[b, c] - (alpha * self.q[b, c])
+                    rmax = ti.max(rmax, ti.abs(self.r[b, c]))
+                if rmax <= tol:
+                    break
+                self.apply_preconditioner(b, m)
+                sigma_new = ti.cast(0.0, ti.f64)
+                for c in range(m):
+                    sigma_new += ti.cast(self.z[b, c] * self.r[b, c], ti.f64)
+                beta = ti.cast(sigma_new / sigma, ti.f32)
+                sigma = sigma_new
+                for c in range(m):
+                    self.s[b, c] = self.z[b, c] + beta * self.s[b, c]
+        return iters
+
+    @ti.func
+    def cell_pressure(self, b, i, j):
+        c = self.liquid_id(b, i, j)
+        return self.p[b, ti.max(c, 0)] * (c >= 0)
+
+    @ti.func
+    def project(self, b, dt):
+        nx, ny, dx = self.nx, self.ny, self.dx
+        m = self.build_pressure_system(b, dt)
+        iters = self.solve_pressure(b, m)
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            lf = self.liquid_id(b, i - 1, j) >= 0
+            rf = self.liquid_id(b, i, j) >= 0
+            self.valid_u[b, i, j] = 0
+            if self.wu[b, i, j] == 0.0:
+                self.u[b, i, j] = self.us[b, i, j]
+                self.valid_u[b, i, j] = 1
+            elif lf or rf:
+                pl = self.cell_pressure(b, i - 1, j)
+                pr = self.cell_pressure(b, i, j)
+                self.u[b, i, j] = self.u[b, i, j] - ((pr - pl) / dx)
+                self.valid_u[b, i, j] = 1
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            df = self.liquid_id(b, i, j - 1) >= 0
+            tf = self.liquid_id(b, i, j) >= 0
+            self.valid_w[b, i, j] = 0
+            if self.wv[b, i, j] == 0.0:
+                self.w[b, i, j] = self.ws[b, i, j]
+                self.valid_w[b, i, j] = 1
+            elif df or tf:
+                pd = self.cell_pressure(b, i, j - 1)
+                pt = self.cell_pressure(b, i, j)
+                self.w[b, i, j] = self.w[b, i, j] - ((pt - pd) / dx)
+                self.valid_w[b, i, j] = 1
+        return iters
+
+    # ------------------------------------------------------------------ particles
+    @ti.func
+    def grid_to_particles(self, b, dt):
+        W, H = self.nx * self.dx, self.ny * self.dx
+        rp = self.r_particle
+        for p in range(self.n[b]):
+            x = self.x[b, p]
+            v_pic = self.grid_velocity(b, x)
+            v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5),
+                               self.sample(b, self.w_old, x, 0.5, 0.0)])
+            vel = self.flip_ratio * (self.v[b, p] + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
+            mid = x + 0.5 * dt * v_pic
+            x = x + dt * self.grid_velocity(b, mid)
+            # Push out of solids. The nodal SDF is at the start of the substep; sampling it
+            # where the solid point now over x was then moves it with the body.
+            phi0, grad0, vs = self.solid_at(b, x)
+            phi, grad, vs2 = self.solid_at(b, x - dt * vs)
+            if phi < rp:
+                nrm = grad.normalized(1e-12)
+                x += (rp - phi) * nrm
+                vn = (vel - vs).dot(nrm)
+                if vn < 0.0:
+                    vel -= vn * nrm
+            x = ti.Vector([ti.math.clamp(x[0], rp, W - rp), ti.math.clamp(x[1], rp, H - rp)])
+            self.x[b, p] = x
+            self.v[b, p] = vel
+
+    @ti.func
+    def max_speed(self, b):
+        vmax = 0.0
+        for p in range(self.n[b]):
+            vmax = ti.max(vmax, self.v[b, p].norm())
+        return vmax
+
+    @ti.func
+    def max_body_speed(self, b):
+        vmax = 0.0
+        for k in range(self.nbody[b]):
+            bv = self.body_vel[b, k]
+            vmax = ti.max(vmax, ti.Vector([bv[0], bv[1]]).norm() + ti.abs(bv[2]) * self.bound[b, k])
+        return vmax
+
+    # ------------------------------------------------------------------ step
+    @ti.func
+    def update_box(self, b):
+        lo = ti.Vector([self.nx, self.ny])
+        hi = ti.Vector([0, 0])
+        for p in range(self.n[b]):
+            c = ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32)
+            lo = ti.min(lo, c)
+            hi = ti.max(hi, c)
+        self.box[b] = ti.Vector([ti.max(lo[0] - BOX_PAD, 0), ti.min(hi[0] + 1 + BOX_PAD, self.nx),
+                                 ti.max(lo[1] - BOX_PAD, 0), ti.min(hi[1] + 1 + BOX_PAD, self.ny)])
+
+    @ti.func
+    def extrapolate_both(self, b):
+        i0, i1, j0, j1 = self.box[b]
+        self.extrapolate(b, self.u, self.valid_u, i0, i1 + 1, j0, j1)
+        self.extrapolate(b, self.w, self.valid_w, i0, i1, j0, j1 + 1)
+
+    @ti.func
+    def substep(self, b, t, dt):
+        self.set_frames(b, t)
+        self.update_box(b)
+        self.update_solids(b)
+        self.splat_density(b)
+        self.particles_to_grid(b)
+        self.extrapolate_both(b)
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+            self.u_old[b, i, j] = self.u[b, i, j]
+        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+            self.w_old[b, i, j] = self.w[b, i, j]
+        self.body_forces(b, dt)
+        iters = self.project(b, dt)
+        self.extrapolate_both(b)
+        self.grid_to_particles(b, dt)
+        return iters
+
+    @ti.func
+    def measure(self, b, interval):
+        """Fractions inside each container, in flight and spilled; liquid area (m^2)."""
+        self.set_frames(b, interval)
+        for k in range(self.K):
+            self.in_body[b, k] = 0
+        in_flight, spilled = 0, 0
+        for p in range(self.n[b]):
+            x = self.x[b, p]
+            inside = 0
+            for k in range(self.nbody[b]):
+                if inside == 0 and self.npoly[b, k] > 0:
+                    if self.inside_polygon(b, k, self.to_body(b, k, x)):
+                        inside = 1
+                        self.in_body[b, k] = self.in_body[b, k] + 1
+            if inside == 0:
+                if self.v[b, p].norm() < self.settle_speed:
+                    spilled += 1
+                else:
+                    in_flight += 1
+        self.update_box(b)
+        self.splat_density(b)
+        area = 0.0
+        i0, i1, j0, j1 = self.box[b]
+        for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            area += ti.min(self.rho[b, i, j], 1.0)
+        self.diagnostics[b, D_IN_FLIGHT] = in_flight
+        self.diagnostics[b, D_SPILLED] = spilled
+        self.diagnostics[b, D_AREA] = area * self.dx * self.dx
+
+    @ti.kernel
+    def advance(self, interval: ti.f32, visc_dt_limit: ti.f32):
+        """Advance every scene by `interval` seconds (one launch). Body poses advance too."""
+        ti.loop_config(block_dim=1)
+        for b in range(self.B):
+            if self.diagnostics[b, D_UNSTABLE] == 0.0:
+                t, n_sub, max_cfl, max_iters = 0.0, 0, 0.0, 0
+                while t < interval * (1.0 - 1e-6):
+                    speed = ti.max(self.max_speed(b), self.max_body_speed(b))
+                    if not (speed < BLOWUP_SPEED) or n_sub >= MAX_SUBSTEPS:  # catches NaN too
+                        self.diagnostics[b, D_UNSTABLE] = 1.0
+                        break
+                    dt = ti.min(self.dt_max, self.cfl * self.dx / ti.max(speed, 1e-6))
+                    if self.nu[b] > 0.0:  # explicit viscosity: dt nu / dx^2 <= 1/4
+                        dt = ti.min(dt, visc_dt_limit * self.dx * self.dx / self.nu[b])
+                    remaining = interval - t
+                    if dt >= remaining:
+                        dt = remaining
+                    elif 2.0 * dt > remaining:  # two even substeps instead of a sliver
+                        dt = 0.5 * remaining
+                    iters = self.substep(b, t, dt)
+                    max_iters = ti.max(max_iters, iters)
+                    max_cfl = ti.max(max_cfl, speed * dt / self.dx)
+                    t += dt
+                    n_sub += 1
+                if self.diagnostics[b, D_UNSTABLE] == 0.0:
+                    for k in range(self.nbody[b]):
+                        self.pose[b, k] = self.pose[b, k] + (self.body_vel[b, k] * interval)
+                    self.measure(b, 0.0)
+                    self.diagnostics[b, D_TIME] = self.diagnostics[b, D_TIME] + interval
+                self.diagnostics[b, D_MAX_CFL] = max_cfl
+                self.diagnostics[b, D_SUBSTEPS] = n_sub
+                self.diagnostics[b, D_PCG_ITERS] = max_iters
+
+    @ti.kernel
+    def measure_all(self):
+        for b in range(self.B):
+            self.measure(b, 0.0)
+
+
+@ti.func
+def open_fraction(phi_a, phi_b):
+    """Fraction of a face between two nodes that lies outside solids (phi > 0)."""
+    f = 0.0
+    if phi_a > 0.0 and phi_b > 0.0:
+        f = 1.0
+    elif phi_a > 0.0:
+        f = phi_a / (phi_a - phi_b)
+    elif phi_b > 0.0:
+        f = phi_b / (phi_b - phi_a)
+    return f
+
+
+def numpy_dtype():
+    return np.float32

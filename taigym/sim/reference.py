@@ -1,0 +1,466 @@
+"""A NumPy reference of the Taichi FLIP step (:mod:`taigym.sim.flip2d`), for ONE scene.
+
+:class:`ReferenceWorld2D` is :class:`~taigym.sim.world2d.World2D` with ``batch_size=1`` whose
+solver is :class:`NumpyFlip2D` instead of the Taichi kernels: the host-side set-up (validation,
+particle seeding with the same jitter from the same seed, body bookkeeping, read-out) is
+inherited unchanged, so both worlds start from bit-identical particles. Taichi is never
+imported or initialised.
+
+The algorithm is the same, step for step (see ``flip2d.py``'s docstring): nodal solid SDF
+(domain walls + bodies, each shape's own ``sdf()``), Batty open-face fractions and face solid
+velocities, bilinear particle-to-grid, two-layer order-independent extrapolation, gravity and
+explicit viscosity (skipped, as in the kernel, when ``nu * dt <= 1e-3 dx^2``), liquid-cell
+marking with the density-correction term, the weighted pressure Poisson equation, FLIP/PIC
+blend, RK2 advection, solid push-out, domain clamp, CFL/viscous substep choice, blow-up
+detection and the same diagnostics. Differences, all deliberate:
+
+* float64 throughout (Taichi: float32), shapes' SDFs in float64 from ``geometry.py``;
+* every pass covers the whole grid (the kernel restricts its passes to the liquid's padded
+  bounding box, which changes nothing that a particle can see);
+* the pressure system is solved by a sparse direct solver (SuperLU) instead of MIC(0)-PCG to
+  a relative residual of 1e-5; ``pressure_iterations`` reports 1 per direct solve (0 if the
+  right-hand side is zero or there is no liquid cell);
+* the substep clock (``t``, ``dt``, the remaining interval) is kept in float32 exactly as the
+  kernel keeps it, so that both sides take the same substeps: when dt sits at ``dt_max``, the
+  tests ``dt >= remaining`` / ``2 dt > remaining`` compare nearly equal numbers, and a float64
+  clock may decide them the other way (one more or one fewer substep).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+from .geometry import Container
+from .world2d import World2D
+
+# Same constants as flip2d.py (duplicated so that importing this module never imports Taichi).
+EXTRAPOLATION_LAYERS = 2
+BLOWUP_SPEED = 50.0
+MAX_SUBSTEPS = 400
+VISCOSITY_SKIP = 1e-3  # flip2d.body_forces: viscosity only if nu * dt > VISCOSITY_SKIP * dx^2
+D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
+N_DIAG = 8
+
+
+def open_fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Fraction of each face between nodes with SDF ``a`` and ``b`` lying outside solids."""
+    pa, pb = a > 0.0, b > 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(pa & pb, 1.0, np.where(pa, a / (a - b), np.where(pb, b / (b - a), 0.0)))
+
+
+def splat(fx: np.ndarray, fy: np.ndarray, ni: int, nj: int, vals: np.ndarray | None):
+    """Bilinear scatter to samples (i, j) at grid coordinates (fx, fy); samples outside
+    [0, ni) x [0, nj) are dropped. Returns (sum w * val or None, sum w) as (ni, nj) arrays."""
+    i0, j0 = np.floor(fx).astype(np.int64), np.floor(fy).astype(np.int64)
+    ax, ay = fx - i0, fy - j0
+    idx, wts, vs = [], [], []
+    for di in (0, 1):
+        for dj in (0, 1):
+            i, j = i0 + di, j0 + dj
+            ok = (i >= 0) & (i < ni) & (j >= 0) & (j < nj)
+            idx.append((i * nj + j)[ok])
+            wts.append(((ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay))[ok])
+            if vals is not None:
+                vs.append(vals[ok])
+    idx, w = np.concatenate(idx), np.concatenate(wts)
+    wsum = np.bincount(idx, weights=w, minlength=ni * nj).reshape(ni, nj)
+    if vals is None:
+        return None, wsum
+    fsum = np.bincount(idx, weights=w * np.concatenate(vs), minlength=ni * nj).reshape(ni, nj)
+    return fsum, wsum
+
+
+def extrapolate(f: np.ndarray, valid: np.ndarray) -> None:
+    """Grow valid samples into the rest, EXTRAPOLATION_LAYERS layers (each the mean of its
+    valid 4-neighbours of earlier layers), then zero what is still invalid. In place."""
+    for layer in range(EXTRAPOLATION_LAYERS):
+        src = (valid >= 1) & (valid <= layer + 1)
+        fm = np.where(src, f, 0.0)
+        acc, cnt = np.zeros_like(f), np.zeros(f.shape, np.int64)
+        acc[1:] += fm[:-1]
+        cnt[1:] += src[:-1]
+        acc[:-1] += fm[1:]
+        cnt[:-1] += src[1:]
+        acc[:, 1:] += fm[:, :-1]
+        cnt[:, 1:] += src[:, :-1]
+        acc[:, :-1] += fm[:, 1:]
+        cnt[:, :-1] += src[:, 1:]
+        grow = (valid == 0) & (cnt > 0)
+        f[grow] = acc[grow] / cnt[grow]
+        valid[grow] = layer + 2
+    f[valid == 0] = 0.0
+
+
+def sample(f: np.ndarray, x: np.ndarray, dx: float, ox: float, oy: float) -> np.ndarray:
+    """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
+    ni, nj = f.shape
+    fx = np.clip(x[:, 0] / dx - ox, 0.0, ni - 1.0 - 1e-4)
+    fy = np.clip(x[:, 1] / dx - oy, 0.0, nj - 1.0 - 1e-4)
+    i0, j0 = fx.astype(np.int64), fy.astype(np.int64)
+    ax, ay = fx - i0, fy - j0
+    return ((1 - ax) * (1 - ay) * f[i0, j0] + ax * (1 - ay) * f[i0 + 1, j0]
+            + (1 - ax) * ay * f[i0, j0 + 1] + ax * ay * f[i0 + 1, j0 + 1])
+
+
+class NumpyFlip2D:
+    """One scene of :class:`~taigym.sim.flip2d.Flip2D` in float64 NumPy (no batch axis)."""
+
+    def __init__(self, nx: int, ny: int, dx: float, max_particles: int, *, cfl: float,
+                 flip_ratio: float, dt_max: float, density_correction: float,
+                 settle_speed: float, particles_per_cell: int = 4):
+        self.nx, self.ny, self.dx, self.P = nx, ny, dx, max_particles
+        self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
+        self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
+        self.r_particle = 0.25 * dx
+        self.x = np.zeros((0, 2))
+        self.v = np.zeros((0, 2))
+        self.nu = 0.0
+        self.gravity = np.zeros(2)
+        self.shapes: list = []
+        self.pose = np.zeros((0, 3))
+        self.body_vel = np.zeros((0, 3))
+        self.diag = np.zeros(N_DIAG)
+        self.in_body = np.zeros(1, np.int64)
+        self.pressure = np.zeros((nx, ny))      # p * dt / rho of the last substep (m^2/s)
+        self.nodes = np.stack(np.meshgrid(np.arange(nx + 1) * dx, np.arange(ny + 1) * dx,
+                                          indexing="ij"), -1)
+
+    # ------------------------------------------------------------------ bodies
+    def _frames(self, t: float):
+        pz = self.pose + self.body_vel * t
+        return [(p[0], p[1], math.cos(p[2]), math.sin(p[2])) for p in pz]
+
+    @staticmethod
+    def _to_body(frame, p: np.ndarray) -> np.ndarray:
+        fx, fy, c, s = frame
+        d = p - (fx, fy)
+        return np.stack([c * d[..., 0] + s * d[..., 1], -s * d[..., 0] + c * d[..., 1]], -1)
+
+    def update_solids(self, t: float) -> None:
+        dx, nx, ny = self.dx, self.nx, self.ny
+        W, H = nx * dx, ny * dx
+        p = self.nodes
+        phi = np.minimum(np.minimum(p[..., 0], W - p[..., 0]), np.minimum(p[..., 1], H - p[..., 1]))
+        vel = np.zeros((nx + 1, ny + 1, 2))
+        for k, frame in enumerate(self._frames(t)):
+            shape, bv = self.shapes[k], self.body_vel[k]
+            near = np.hypot(p[..., 0] - frame[0], p[..., 1] - frame[1]) < shape.bounding_radius + 2.0 * dx
+            if not near.any():
+                continue
+            pts = p[near]
+            d = shape.sdf(self._to_body(frame, pts))
+            closer = d < phi[near]
+            ii, jj = np.nonzero(near)
+            ii, jj, pts = ii[closer], jj[closer], pts[closer]
+            phi[ii, jj] = d[closer]
+            vel[ii, jj, 0] = bv[0] - bv[2] * (pts[:, 1] - frame[1])
+            vel[ii, jj, 1] = bv[1] + bv[2] * (pts[:, 0] - frame[0])
+        self.phi, self.vnode = phi, vel
+        self.wu = open_fraction(phi[:, :-1], phi[:, 1:])
+        self.us = 0.5 * (vel[:, :-1, 0] + vel[:, 1:, 0])
+        self.wv = open_fraction(phi[:-1, :], phi[1:, :])
+        self.ws = 0.5 * (vel[:-1, :, 1] + vel[1:, :, 1])
+
+    # ------------------------------------------------------------------ transfers
+    def splat_density(self, x: np.ndarray) -> None:
+        dx, nx, ny = self.dx, self.nx, self.ny
+        ci = np.clip((x[:, 0] / dx).astype(np.int64), 0, nx - 1)
+        cj = np.clip((x[:, 1] / dx).astype(np.int64), 0, ny - 1)
+        self.count = np.bincount(ci * ny + cj, minlength=nx * ny).reshape(nx, ny)
+        _, w = splat(x[:, 0] / dx - 0.5, x[:, 1] / dx - 0.5, nx, ny, None)
+        self.rho = w / self.ppc
+
+    def particles_to_grid(self) -> None:
+        dx, nx, ny, x, v = self.dx, self.nx, self.ny, self.x, self.v
+        su, wu_sum = splat(x[:, 0] / dx, x[:, 1] / dx - 0.5, nx + 1, ny, v[:, 0])
+        sw, wv_sum = splat(x[:, 0] / dx - 0.5, x[:, 1] / dx, nx, ny + 1, v[:, 1])
+        for f_sum, w_sum, wgt, fs, name in ((su, wu_sum, self.wu, self.us, "u"),
+                                            (sw, wv_sum, self.wv, self.ws, "w")):
+            solid, has = wgt == 0.0, w_sum > 1e-6
+            with np.errstate(divide="ignore", invalid="ignore"):
+                f = np.where(solid, fs, np.where(has, f_sum / w_sum, f_sum))
+            setattr(self, name, f)
+            setattr(self, "valid_" + name, (solid | has).astype(np.int64))
+
+    # ------------------------------------------------------------------ forces
+    def body_forces(self, dt: float) -> None:
+        self.u = np.where(self.wu > 0.0, self.u + self.gravity[0] * dt, self.u)
+        self.w = np.where(self.wv > 0.0, self.w + self.gravity[1] * dt, self.w)
+        # as the kernel: below VISCOSITY_SKIP of a cell's diffusion per substep, no viscosity pass
+        if self.nu * dt > VISCOSITY_SKIP * self.dx * self.dx:
+            nx, ny, cnt = self.nx, self.ny, self.count
+            il, ir = np.clip(np.arange(nx + 1) - 1, 0, nx - 1), np.clip(np.arange(nx + 1), 0, nx - 1)
+            near_u = (cnt[il, :] + cnt[ir, :]) > 0
+            jd, jt = np.clip(np.arange(ny + 1) - 1, 0, ny - 1), np.clip(np.arange(ny + 1), 0, ny - 1)
+            near_w = (cnt[:, jd] + cnt[:, jt]) > 0
+            c = dt * self.nu / (self.dx * self.dx)
+            self.u = self._viscosity(self.u, self.wu, self.us, near_u, c)
+            self.w = self._viscosity(self.w, self.wv, self.ws, near_w, c)
+
+    @staticmethod
+    def _viscosity(f, wgt, fs, near, c):
+        """Explicit f += c lap(f): solid neighbours at the solid velocity, none past the edge."""
+        nb_val = np.where(wgt == 0.0, fs, f)
+        lap = np.zeros_like(f)
+        lap[1:] += nb_val[:-1] - f[1:]
+        lap[:-1] += nb_val[1:] - f[:-1]
+        lap[:, 1:] += nb_val[:, :-1] - f[:, 1:]
+        lap[:, :-1] += nb_val[:, 1:] - f[:, :-1]
+        return np.where((wgt > 0.0) & near, f + c * lap, f)
+
+    # ------------------------------------------------------------------ pressure
+    def project(self, dt: float) -> int:
+        nx, ny, dx = self.nx, self.ny, self.dx
+        wu, wv, us, ws, u, w, cnt = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.count
+        phi = self.phi
+        open_sum = wu[:-1] + wu[1:] + wv[:, :-1] + wv[:, 1:]
+        centre = 0.25 * (phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:])
+        i, j = np.arange(nx), np.arange(ny)
+        im, ip = np.clip(i - 1, 0, nx - 1), np.clip(i + 1, 0, nx - 1)
+        jm, jp = np.clip(j - 1, 0, ny - 1), np.clip(j + 1, 0, ny - 1)
+        nbr_count = cnt[im, :] + cnt[ip, :] + cnt[:, jm] + cnt[:, jp]
+        liquid = ((cnt > 0) | ((centre < 0.0) & (nbr_count > 0))) & (open_sum > 0.0)
+        m = int(liquid.sum())
+        iters = 0
+        pgrid = np.zeros((nx, ny))
+        if m > 0:
+            cid = np.full((nx, ny), -1, np.int64)
+            cid[liquid] = np.arange(m)  # C order = lexicographic i * ny + j, as in the kernel
+            # Batty's divergence and the density-correction target
+            div = ((wu[1:] * u[1:] + (1 - wu[1:]) * us[1:]) - (wu[:-1] * u[:-1] + (1 - wu[:-1]) * us[:-1])
+                   + (wv[:, 1:] * w[:, 1:] + (1 - wv[:, 1:]) * ws[:, 1:])
+                   - (wv[:, :-1] * w[:, :-1] + (1 - wv[:, :-1]) * ws[:, :-1]))
+            div -= self.kappa * np.maximum(self.rho - 1.0, 0.0) * dx / dt
+            rhs = -dx * div[liquid]
+            diag = open_sum[liquid]
+            # couplings across interior faces between two liquid cells (symmetric)
+            pu = liquid[:-1] & liquid[1:]
+            pv = liquid[:, :-1] & liquid[:, 1:]
+            a = np.concatenate([cid[:-1][pu], cid[:, :-1][pv]])
+            b = np.concatenate([cid[1:][pu], cid[:, 1:][pv]])
+            c = np.concatenate([wu[1:-1][pu], wv[:, 1:-1][pv]])
+            keep = c != 0.0
+            a, b, c = a[keep], b[keep], c[keep]
+            A = sp.coo_matrix((np.concatenate([diag, -c, -c]),
+                               (np.concatenate([np.arange(m), a, b]),
+                                np.concatenate([np.arange(m), b, a]))), shape=(m, m)).tocsc()
+            if np.abs(rhs).max() > 0.0:
+                p = self._solve(A, rhs)
+                iters = 1
+                pgrid[liquid] = p
+        self.pressure = pgrid
+        self.liquid = liquid
+        # velocity update: faces next to a liquid cell take the gradient (air p = 0)
+        pp = np.pad(pgrid, ((1, 1), (0, 0)))
+        lq = np.pad(liquid, ((1, 1), (0, 0)))
+        touch = lq[:-1] | lq[1:]
+        solid = wu == 0.0
+        self.u = np.where(solid, us, np.where(touch, u - (pp[1:] - pp[:-1]) / dx, u))
+        self.valid_u = (solid | touch).astype(np.int64)
+        pp = np.pad(pgrid, ((0, 0), (1, 1)))
+        lq = np.pad(liquid, ((0, 0), (1, 1)))
+        touch = lq[:, :-1] | lq[:, 1:]
+        solid = wv == 0.0
+        self.w = np.where(solid, ws, np.where(touch, w - (pp[:, 1:] - pp[:, :-1]) / dx, w))
+        self.valid_w = (solid | touch).astype(np.int64)
+        return iters
+
+    @staticmethod
+    def _solve(A, rhs):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", spla.MatrixRankWarning)
+                return spla.splu(A).solve(rhs)
+        except (RuntimeError, spla.MatrixRankWarning):
+            # a liquid region sealed from air has a pure-Neumann (singular) system: least squares
+            return spla.lsqr(A, rhs, atol=1e-12, btol=1e-12)[0]
+
+    # ------------------------------------------------------------------ particles
+    def solid_at(self, x: np.ndarray):
+        dx, nx, ny = self.dx, self.nx, self.ny
+        fx = np.clip(x[:, 0] / dx, 0.0, nx - 1e-4)
+        fy = np.clip(x[:, 1] / dx, 0.0, ny - 1e-4)
+        i, j = fx.astype(np.int64), fy.astype(np.int64)
+        ax, ay = (fx - i)[:, None], (fy - j)[:, None]
+        phi = self.phi
+        p00, p10, p01, p11 = phi[i, j], phi[i + 1, j], phi[i, j + 1], phi[i + 1, j + 1]
+        a1, b1 = ax[:, 0], ay[:, 0]
+        ph = (1 - a1) * (1 - b1) * p00 + a1 * (1 - b1) * p10 + (1 - a1) * b1 * p01 + a1 * b1 * p11
+        grad = np.stack([(1 - b1) * (p10 - p00) + b1 * (p11 - p01),
+                         (1 - a1) * (p01 - p00) + a1 * (p11 - p10)], -1) / dx
+        vn = self.vnode
+        vs = ((1 - ax) * (1 - ay) * vn[i, j] + ax * (1 - ay) * vn[i + 1, j]
+              + (1 - ax) * ay * vn[i, j + 1] + ax * ay * vn[i + 1, j + 1])
+        return ph, grad, vs
+
+    def grid_velocity(self, x: np.ndarray) -> np.ndarray:
+        return np.stack([sample(self.u, x, self.dx, 0.0, 0.5), sample(self.w, x, self.dx, 0.5, 0.0)], -1)
+
+    def grid_to_particles(self, dt: float) -> None:
+        dx, rp = self.dx, self.r_particle
+        W, H = self.nx * dx, self.ny * dx
+        x = self.x
+        v_pic = self.grid_velocity(x)
+        v_old = np.stack([sample(self.u_old, x, dx, 0.0, 0.5), sample(self.w_old, x, dx, 0.5, 0.0)], -1)
+        vel = self.flip_ratio * (self.v + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
+        mid = x + 0.5 * dt * v_pic
+        x = x + dt * self.grid_velocity(mid)
+        _, _, vs = self.solid_at(x)
+        phi, grad, _ = self.solid_at(x - dt * vs)
+        hit = phi < rp
+        nrm = grad[hit] / (np.linalg.norm(grad[hit], axis=1, keepdims=True) + 1e-12)
+        x[hit] += (rp - phi[hit])[:, None] * nrm
+        vn = np.einsum("ij,ij->i", vel[hit] - vs[hit], nrm)
+        vel[hit] -= np.minimum(vn, 0.0)[:, None] * nrm
+        x[:, 0] = np.clip(x[:, 0], rp, W - rp)
+        x[:, 1] = np.clip(x[:, 1], rp, H - rp)
+        self.x, self.v = x, vel
+
+    def max_speed(self) -> float:
+        return float(np.sqrt((self.v ** 2).sum(1)).max()) if len(self.v) else 0.0
+
+    def max_body_speed(self) -> float:
+        bv = self.body_vel
+        return max((math.hypot(b[0], b[1]) + abs(b[2]) * s.bounding_radius
+                    for b, s in zip(bv, self.shapes)), default=0.0)
+
+    # ------------------------------------------------------------------ step
+    def substep(self, t: float, dt: float) -> int:
+        self.update_solids(t)
+        self.splat_density(self.x)
+        self.particles_to_grid()
+        extrapolate(self.u, self.valid_u)
+        extrapolate(self.w, self.valid_w)
+        self.u_old, self.w_old = self.u.copy(), self.w.copy()
+        self.body_forces(dt)
+        iters = self.project(dt)
+        extrapolate(self.u, self.valid_u)
+        extrapolate(self.w, self.valid_w)
+        self.grid_to_particles(dt)
+        return iters
+
+    def measure(self) -> None:
+        """Fractions inside each container, in flight and spilled; liquid area (m^2)."""
+        x, frames = self.x, self._frames(0.0)
+        self.in_body = np.zeros(max(len(self.shapes), 1), np.int64)
+        outside = np.ones(len(x), bool)
+        for k, shape in enumerate(self.shapes):
+            if isinstance(shape, Container) and len(x):
+                inside = outside & shape.contains(self._to_body(frames[k], x))
+                self.in_body[k] = np.count_nonzero(inside)
+                outside &= ~inside
+        slow = np.sqrt((self.v ** 2).sum(1)) < self.settle_speed
+        self.diag[D_IN_FLIGHT] = np.count_nonzero(outside & ~slow)
+        self.diag[D_SPILLED] = np.count_nonzero(outside & slow)
+        self.splat_density(x)
+        self.diag[D_AREA] = np.minimum(self.rho, 1.0).sum() * self.dx * self.dx
+
+    def advance(self, interval: float, visc_dt_limit: float) -> None:
+        """Advance the scene by ``interval`` s, with the kernel's substep rule (float32 clock)."""
+        if self.diag[D_UNSTABLE] != 0.0:
+            return
+        f32 = np.float32
+        interval32 = f32(interval)
+        t, n_sub, max_cfl, max_iters = f32(0.0), 0, 0.0, 0
+        while t < interval32 * f32(1.0 - 1e-6):
+            speed = max(self.max_speed(), self.max_body_speed())
+            if not (speed < BLOWUP_SPEED) or n_sub >= MAX_SUBSTEPS:  # catches NaN too
+                self.diag[D_UNSTABLE] = 1.0
+                break
+            dt = f32(min(self.dt_max, self.cfl * self.dx / max(speed, 1e-6)))
+            if self.nu > 0.0:
+                dt = min(dt, f32(visc_dt_limit * self.dx * self.dx / self.nu))
+            remaining = interval32 - t
+            if dt >= remaining:
+                dt = remaining
+            elif f32(2.0) * dt > remaining:  # two even substeps instead of a sliver
+                dt = f32(0.5) * remaining
+            iters = self.substep(float(t), float(dt))
+            max_iters = max(max_iters, iters)
+            max_cfl = max(max_cfl, speed * float(dt) / self.dx)
+            t = f32(t + dt)
+            n_sub += 1
+        if self.diag[D_UNSTABLE] == 0.0:
+            self.pose = self.pose + self.body_vel * interval
+            self.measure()
+            self.diag[D_TIME] += interval
+        self.diag[D_MAX_CFL] = max_cfl
+        self.diag[D_SUBSTEPS] = n_sub
+        self.diag[D_PCG_ITERS] = max_iters
+
+
+class ReferenceWorld2D(World2D):
+    """Same constructor arguments and methods as :class:`World2D` for ONE scene
+    (``batch_size`` must be 1; ``arch`` is validated but ignored), stepped by :class:`NumpyFlip2D`.
+    ``set_shape`` and liquid added after ``build()`` work as in ``World2D``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.batch_size != 1:
+            raise ValueError(f"ReferenceWorld2D simulates one scene; got batch_size={self.batch_size}")
+
+    def build(self) -> "ReferenceWorld2D":
+        if self._solver is not None:
+            return self
+        n = len(self._members[0].x)
+        capacity = self._max_particles or max(n, 1)
+        if n > capacity:
+            raise ValueError(f"max_particles={capacity} is below the {n} particles added")
+        s = NumpyFlip2D(self.nx, self.ny, self.dx, capacity, **self._params)
+        s.nu = self.viscosity / self.density
+        s.gravity = self.gravity.copy()
+        self._solver = s
+        self._diag = np.zeros((1, N_DIAG))
+        self._upload_bodies()
+        self._upload_particles()
+        return self
+
+    def _upload_bodies(self) -> None:
+        self._solver.shapes = list(self._members[0].shapes)
+        self._upload_poses()
+
+    def _upload_poses(self) -> None:
+        self._solver.pose = self._pose[0].copy()
+        self._solver.body_vel = self._vel[0].copy()
+
+    def _upload_particles(self) -> None:
+        s, m = self._solver, self._members[0]
+        if len(m.x) > s.P:
+            raise ValueError(f"liquid needs {len(m.x)} particles but max_particles={s.P}")
+        s.x, s.v = m.x.astype(np.float64).copy(), m.v.astype(np.float64).copy()
+        s.measure()
+        self._read_diagnostics()
+        self._area0 = self._diag[:, D_AREA].copy()
+
+    def _download_particles(self) -> None:
+        m = self._members[0]
+        m.x, m.v = self._solver.x.copy(), self._solver.v.copy()
+
+    def _read_diagnostics(self) -> None:
+        self._diag = self._solver.diag[None].copy()
+        self._in_body = self._solver.in_body[None].copy()
+
+    def clear_liquid(self, *, member: int | None = None) -> None:
+        self._members_of(member)  # validates
+        self._members[0].x, self._members[0].v = np.zeros((0, 2)), np.zeros((0, 2))
+        if self._solver is not None:
+            self._solver.diag[:] = 0.0
+            self._upload_particles()
+        elif self._diag is not None:
+            self._diag[0] = 0.0
+
+    def positions(self, member: int = 0) -> np.ndarray:
+        self._require_built()
+        self._members_of(member)
+        return self._solver.x.copy()
+
+    def velocities(self, member: int = 0) -> np.ndarray:
+        self._require_built()
+        self._members_of(member)
+        return self._solver.v.copy()

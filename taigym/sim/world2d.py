@@ -1,0 +1,419 @@
+"""``World2D``: the small facade over the batched FLIP solver (DESIGN.md §2).
+
+A world holds ``batch_size`` independent scenes ("members") with the same grid and the same
+body slots; each member has its own liquid, poses and, if wanted, its own shapes. Everything is
+set up on the host, ``build()`` allocates and compiles, then ``set_pose``/``advance`` run the
+control loop. One ``advance`` is one kernel launch for the whole batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import backend
+from .geometry import KIND_BOX, Box, Container
+
+Shape = Box | Container
+MAX_CHAIN_POINTS = 48     # capacity per body: walls polyline points / interior polygon vertices
+VISCOUS_DT_LIMIT = 0.24   # explicit viscosity is stable for dt * nu / dx^2 <= 1/4 in 2D
+
+
+@dataclass
+class _Member:
+    x: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    v: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    shapes: list[Shape] = field(default_factory=list)
+
+
+def _finite_vector(name: str, value, size: int) -> np.ndarray:
+    a = np.asarray(value, dtype=np.float64)
+    if a.shape != (size,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
+    return a
+
+
+class World2D:
+    """A batch of 2D liquid scenes in a box ``size`` metres wide, with ``cells`` cells along x.
+
+    Args:
+        size: (width, height) of the domain in m; its edges are solid walls.
+        cells: grid cells along x (dx = size[0] / cells); along y, as many as fit.
+        viscosity: dynamic viscosity in Pa·s, in [0, 5] (water 1e-3, honey-like 0.5).
+        density: liquid density, kg/m^3.
+        gravity: (gx, gy) m/s^2.
+        arch: "cpu" (default) or "gpu"/"cuda" (falls back to the CPU with a warning).
+        seed: particle jitter seed; an int, or one per member.
+        batch_size: number of independent scenes stepped by one launch.
+        max_particles: particle capacity per member (default: what was added before build).
+        cfl: substep limit, grid cells travelled per substep (<= 1 keeps particles out of walls
+            at least two cells thick).
+        flip_ratio: FLIP/PIC blend (1 = pure FLIP, noisy; 0 = PIC, viscous-looking).
+        dt_max: longest substep, s.
+        density_correction: fraction of a cell's compression undone per substep.
+        settle_speed: m/s; liquid outside every container and slower than this counts as spilled.
+    """
+
+    def __init__(self, size: Sequence[float] = (0.6, 0.4), cells: int = 128,
+                 viscosity: float = 1e-3, *, density: float = 1000.0,
+                 gravity: Sequence[float] = (0.0, -9.81), arch: str = "cpu",
+                 seed: int | Sequence[int] = 0, batch_size: int = 1,
+                 max_particles: int | None = None, cfl: float = 1.0, flip_ratio: float = 0.95,
+                 dt_max: float = 0.01, density_correction: float = 0.1,
+                 settle_speed: float = 0.05):
+        size = _finite_vector("size", size, 2)
+        if np.any(size <= 0):
+            raise ValueError(f"size must be positive (m), got {tuple(size)}")
+        if not (isinstance(cells, (int, np.integer)) and 8 <= cells <= 4096):
+            raise ValueError(f"cells must be an integer in [8, 4096], got {cells!r}")
+        if not (isinstance(batch_size, (int, np.integer)) and batch_size >= 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        for name, val, lo, hi in (("viscosity", viscosity, 0.0, 5.0), ("density", density, 1.0, 1e5),
+                                  ("cfl", cfl, 1e-3, 3.0), ("flip_ratio", flip_ratio, 0.0, 1.0),
+                                  ("dt_max", dt_max, 1e-5, 0.1),
+                                  ("density_correction", density_correction, 0.0, 1.0),
+                                  ("settle_speed", settle_speed, 0.0, 10.0)):
+            if not (isinstance(val, (int, float, np.floating, np.integer)) and lo <= val <= hi):
+                raise ValueError(f"{name} must be in [{lo}, {hi}], got {val!r}")
+        self.size = (float(size[0]), float(size[1]))
+        self.dx = self.size[0] / cells
+        self.nx, self.ny = int(cells), int(round(self.size[1] / self.dx))
+        self.viscosity, self.density = float(viscosity), float(density)
+        self.gravity = _finite_vector("gravity", gravity, 2)
+        self.arch = arch
+        if arch not in backend.ARCHS:
+            raise ValueError(f"arch must be one of {backend.ARCHS}, got {arch!r}")
+        self.batch_size = int(batch_size)
+        seeds = [seed] * self.batch_size if np.isscalar(seed) else list(seed)
+        if len(seeds) != self.batch_size:
+            raise ValueError(f"seed must be an int or {self.batch_size} ints, got {seed!r}")
+        self._rngs = [np.random.default_rng(int(s)) for s in seeds]
+        self._max_particles = max_particles
+        self._params = dict(cfl=float(cfl), flip_ratio=float(flip_ratio), dt_max=float(dt_max),
+                            density_correction=float(density_correction),
+                            settle_speed=float(settle_speed))
+        self._members = [_Member() for _ in range(self.batch_size)]
+        self._pose = np.zeros((self.batch_size, 0, 3))
+        self._vel = np.zeros((self.batch_size, 0, 3))
+        self._solver = None
+        self._diag = None
+        self._in_body = None
+        self._area0 = np.zeros(self.batch_size)
+
+    # ------------------------------------------------------------------ scene set-up
+    @property
+    def spacing(self) -> float:
+        """Particle spacing at rest (m): 2 x 2 particles per cell."""
+        return 0.5 * self.dx
+
+    def _members_of(self, member: int | None) -> list[int]:
+        if member is None:
+            return list(range(self.batch_size))
+        if not (0 <= member < self.batch_size):
+            raise ValueError(f"member must be in [0, {self.batch_size}), got {member!r}")
+        return [int(member)]
+
+    def _jitter(self, b: int, n: int) -> np.ndarray:
+        # a quarter of the spacing breaks the lattice's symmetry without clumping particles
+        return self._rngs[b].uniform(-0.125, 0.125, size=(n, 2)) * self.spacing
+
+    def _add_particles(self, b: int, x: np.ndarray, v: np.ndarray) -> None:
+        if self._solver is not None:
+            self._download_particles()  # the host copy is stale once the solver has stepped
+        m = self._members[b]
+        x = x + self._jitter(b, len(x))
+        m.x = np.concatenate([m.x, x])
+        m.v = np.concatenate([m.v, v])
+        if self._solver is not None:
+            self._upload_particles()
+
+    def add_liquid_rect(self, x0: float, y0: float, x1: float, y1: float, *,
+                        velocity: Sequence[float] = (0.0, 0.0), member: int | None = None) -> int:
+        """Fill the rectangle [x0, x1] x [y0, y1] (m) with liquid; returns the particle count added."""
+        W, H = self.size
+        if not (0 <= x0 < x1 <= W and 0 <= y0 < y1 <= H):
+            raise ValueError(f"liquid rectangle ({x0}, {y0}, {x1}, {y1}) must satisfy "
+                             f"0 <= x0 < x1 <= {W} and 0 <= y0 < y1 <= {H}")
+        h = self.spacing
+        xs = np.arange(math.ceil(x0 / h - 0.5), math.floor(x1 / h - 0.5) + 1) * h + 0.5 * h
+        ys = np.arange(math.ceil(y0 / h - 0.5), math.floor(y1 / h - 0.5) + 1) * h + 0.5 * h
+        pts = np.stack(np.meshgrid(xs[(xs > x0) & (xs < x1)], ys[(ys > y0) & (ys < y1)],
+                                   indexing="ij"), -1).reshape(-1, 2)
+        vel = np.broadcast_to(_finite_vector("velocity", velocity, 2), pts.shape)
+        for b in self._members_of(member):
+            self._add_particles(b, pts, vel)
+        return len(pts)
+
+    def add_body(self, shape: Shape, pose: Sequence[float] = (0.0, 0.0, 0.0), *,
+                 velocity: Sequence[float] = (0.0, 0.0, 0.0), fill: float | None = None,
+                 liquid_follows: bool = False) -> int:
+        """Add a kinematic body to every member; returns its handle.
+
+        ``pose`` = (x, y, theta) of the body's frame (m, m, rad); for a container that is the
+        centre of its inner bottom. ``fill`` seeds liquid in a container up to that fraction of
+        its interior height; ``liquid_follows`` starts that liquid moving with the body
+        (seed 001's TRANSFER+FOLLOW) instead of at rest (TRANSFER+ZERO).
+        """
+        if self._solver is not None:
+            raise RuntimeError("add_body must be called before build()")
+        handle = self._pose.shape[1]
+        pose = _finite_vector("pose", pose, 3)
+        velocity = _finite_vector("velocity", velocity, 3)
+        self._pose = np.concatenate([self._pose, np.tile(pose, (self.batch_size, 1, 1))], axis=1)
+        self._vel = np.concatenate([self._vel, np.tile(velocity, (self.batch_size, 1, 1))], axis=1)
+        for m in self._members:
+            m.shapes.append(shape)
+        for b in range(self.batch_size):
+            self._check_shape(b, handle, shape)
+        if fill is not None:
+            self.fill_body(handle, fill, liquid_follows=liquid_follows)
+        return handle
+
+    def _check_shape(self, b: int, handle: int, shape: Shape) -> None:
+        if not isinstance(shape, (Box, Container)):
+            raise ValueError(f"shape must be a sim.Box or a sim.container(...), got {type(shape).__name__}")
+        if isinstance(shape, Container):
+            if shape.wall_thickness < 2 * self.dx - 1e-12:
+                raise ValueError(f"wall_thickness {shape.wall_thickness} m must be at least two grid "
+                                 f"cells ({2 * self.dx:.4g} m) so that liquid cannot cross it")
+            if max(len(shape.walls), len(shape.interior)) > MAX_CHAIN_POINTS:
+                raise ValueError(f"container polygon has more than {MAX_CHAIN_POINTS} vertices")
+            outline = np.concatenate([shape.walls, shape.interior])
+            margin = shape.radius
+        else:
+            hx, hy = shape.half_extents
+            outline = np.array([[-hx, -hy], [hx, -hy], [hx, hy], [-hx, hy]])
+            margin = 0.0
+        x, y, th = self._pose[b, handle]
+        c, s = math.cos(th), math.sin(th)
+        world = outline @ np.array([[c, s], [-s, c]]) + (x, y)
+        W, H = self.size
+        if (world.min(0) - margin < -1e-9).any() or world[:, 0].max() + margin > W + 1e-9 \
+                or world[:, 1].max() + margin > H + 1e-9:
+            if isinstance(shape, Container):  # a static box may reach through the domain's edge
+                raise ValueError(f"pose {(x, y, th)} puts the container outside the domain "
+                                 f"[0, {W}] x [0, {H}] m")
+
+    def set_shape(self, handle: int, shape: Shape, *, member: int | None = None) -> None:
+        """Replace a body's shape (e.g. a new task's container) in one or all members."""
+        self._check_handle(handle)
+        for b in self._members_of(member):
+            self._members[b].shapes[handle] = shape
+            self._check_shape(b, handle, shape)
+        if self._solver is not None:
+            self._upload_bodies()
+
+    def fill_body(self, handle: int, fill: float, *, member: int | None = None,
+                  liquid_follows: bool = False) -> int:
+        """Seed liquid in a container up to ``fill`` of its interior height; returns the count."""
+        self._check_handle(handle)
+        n = 0
+        for b in self._members_of(member):
+            shape = self._members[b].shapes[handle]
+            if not isinstance(shape, Container):
+                raise ValueError(f"body {handle} is not a container and cannot be filled")
+            local = shape.fill_points(fill, self.spacing)
+            x, y, th = self._pose[b, handle]
+            c, s = math.cos(th), math.sin(th)
+            pts = local @ np.array([[c, s], [-s, c]]) + (x, y)
+            vel = np.zeros_like(pts)
+            if liquid_follows:
+                vx, vy, om = self._vel[b, handle]
+                vel = np.stack([vx - om * (pts[:, 1] - y), vy + om * (pts[:, 0] - x)], -1)
+            self._add_particles(b, pts, vel)
+            n = len(pts)
+        return n
+
+    def clear_liquid(self, *, member: int | None = None) -> None:
+        """Remove all liquid from a member (or all) and clear its blow-up flag and clock."""
+        if self._solver is not None:
+            self._download_particles()
+        for b in self._members_of(member):
+            self._members[b].x = np.zeros((0, 2))
+            self._members[b].v = np.zeros((0, 2))
+            if self._diag is not None:
+                self._diag[b] = 0.0
+        if self._solver is not None:
+            self._solver.diagnostics.from_numpy(self._diag.astype(np.float32))
+            self._upload_particles()
+
+    def _check_handle(self, handle: int) -> None:
+        if not (0 <= handle < self._pose.shape[1]):
+            raise ValueError(f"handle must be a body handle in [0, {self._pose.shape[1]}), got {handle!r}")
+
+    # ------------------------------------------------------------------ build and upload
+    def build(self) -> "World2D":
+        """Initialise Taichi (explicit arch), allocate the solver and upload the scene."""
+        from .flip2d import Flip2D
+
+        if self._solver is not None:
+            return self
+        self.arch = backend.init(self.arch)
+        counts = [len(m.x) for m in self._members]
+        capacity = self._max_particles or max(max(counts), 1)
+        if max(counts) > capacity:
+            raise ValueError(f"max_particles={capacity} is below the {max(counts)} particles added")
+        self._solver = Flip2D(self.batch_size, self.nx, self.ny, self.dx, capacity,
+                              max(self._pose.shape[1], 1), MAX_CHAIN_POINTS, MAX_CHAIN_POINTS,
+                              **self._params)
+        s = self._solver
+        s.nu.from_numpy(np.full(self.batch_size, self.viscosity / self.density, np.float32))
+        s.gravity.from_numpy(np.tile(self.gravity, (self.batch_size, 1)).astype(np.float32))
+        self._diag = np.zeros((self.batch_size, s.diagnostics.shape[1]))
+        self._upload_bodies()
+        self._upload_particles()
+        return self
+
+    def _upload_bodies(self) -> None:
+        B, K = self.batch_size, max(self._pose.shape[1], 1)
+        kind = np.zeros((B, K), np.int32)
+        half = np.zeros((B, K, 2), np.float32)
+        radius = np.zeros((B, K), np.float32)
+        nchain = np.zeros((B, K), np.int32)
+        chain = np.zeros((B, K, MAX_CHAIN_POINTS, 2), np.float32)
+        bound = np.zeros((B, K), np.float32)
+        npoly = np.zeros((B, K), np.int32)
+        poly = np.zeros((B, K, MAX_CHAIN_POINTS, 2), np.float32)
+        for b, m in enumerate(self._members):
+            for k, shape in enumerate(m.shapes):
+                kind[b, k] = shape.kind
+                bound[b, k] = shape.bounding_radius
+                if shape.kind == KIND_BOX:
+                    half[b, k] = shape.half_extents
+                else:
+                    radius[b, k] = shape.radius
+                    nchain[b, k] = len(shape.walls)
+                    chain[b, k, :len(shape.walls)] = shape.walls
+                    npoly[b, k] = len(shape.interior)
+                    poly[b, k, :len(shape.interior)] = shape.interior
+        s = self._solver
+        s.nbody.from_numpy(np.full(B, self._pose.shape[1], np.int32))
+        for f, a in ((s.kind, kind), (s.half, half), (s.radius, radius), (s.nchain, nchain),
+                     (s.chain, chain), (s.bound, bound), (s.npoly, npoly), (s.poly, poly)):
+            f.from_numpy(a)
+        self._upload_poses()
+
+    def _upload_poses(self) -> None:
+        K = max(self._pose.shape[1], 1)
+        pose = np.zeros((self.batch_size, K, 3), np.float32)
+        vel = np.zeros((self.batch_size, K, 3), np.float32)
+        pose[:, :self._pose.shape[1]] = self._pose
+        vel[:, :self._vel.shape[1]] = self._vel
+        self._solver.pose.from_numpy(pose)
+        self._solver.body_vel.from_numpy(vel)
+
+    def _upload_particles(self) -> None:
+        s = self._solver
+        counts = np.array([len(m.x) for m in self._members], np.int32)
+        if counts.max() > s.P:
+            raise ValueError(f"liquid needs {counts.max()} particles but max_particles={s.P}")
+        x = np.zeros((self.batch_size, s.P, 2), np.float32)
+        v = np.zeros((self.batch_size, s.P, 2), np.float32)
+        for b, m in enumerate(self._members):
+            x[b, :counts[b]] = m.x
+            v[b, :counts[b]] = m.v
+        s.x.from_numpy(x)
+        s.v.from_numpy(v)
+        s.n.from_numpy(counts)
+        s.measure_all()
+        self._read_diagnostics()
+        self._area0 = self._diag[:, 6].copy()
+
+    def _download_particles(self) -> None:
+        x, v = self._solver.x.to_numpy(), self._solver.v.to_numpy()
+        for b, m in enumerate(self._members):
+            n = len(m.x)
+            m.x, m.v = x[b, :n].astype(np.float64), v[b, :n].astype(np.float64)
+
+    def _read_diagnostics(self) -> None:
+        self._diag = self._solver.diagnostics.to_numpy().astype(np.float64)
+        self._in_body = self._solver.in_body.to_numpy()
+
+    def _require_built(self) -> None:
+        if self._solver is None:
+            raise RuntimeError("call build() first")
+
+    # ------------------------------------------------------------------ control loop
+    def set_pose(self, handle: int, pose, velocity=(0.0, 0.0, 0.0), *,
+                 member: int | None = None) -> None:
+        """Set a body's pose (x, y, theta) now and its velocity (vx, vy, omega) over the next advance.
+
+        ``pose``/``velocity`` may be (3,) for the chosen member(s) or (batch_size, 3) for all.
+        """
+        self._check_handle(handle)
+        idx = self._members_of(member)
+        for name, val, dst in (("pose", pose, self._pose), ("velocity", velocity, self._vel)):
+            a = np.asarray(val, dtype=np.float64)
+            if a.shape not in ((3,), (len(idx), 3)) or not np.all(np.isfinite(a)):
+                raise ValueError(f"{name} must be finite with shape (3,) or ({len(idx)}, 3), got {a.shape}")
+            dst[idx, handle] = a
+        if self._solver is not None:
+            self._upload_poses()
+
+    def advance(self, dt: float) -> None:
+        """Advance every member by ``dt`` simulated seconds (one kernel launch)."""
+        if not (isinstance(dt, (int, float, np.floating)) and math.isfinite(dt) and 0 < dt <= 1.0):
+            raise ValueError(f"dt must be in (0, 1] s, got {dt!r}")
+        self._require_built()
+        self._solver.advance(float(dt), VISCOUS_DT_LIMIT)
+        self._read_diagnostics()
+        ok = self._diag[:, 0] == 0
+        self._pose[ok] += self._vel[ok] * dt
+
+    # ------------------------------------------------------------------ read-out
+    def pose(self, handle: int, *, member: int = 0) -> np.ndarray:
+        self._check_handle(handle)
+        return self._pose[self._members_of(member)[0], handle].copy()
+
+    def positions(self, member: int = 0) -> np.ndarray:
+        """(N, 2) particle positions of a member, m."""
+        self._require_built()
+        b = self._members_of(member)[0]
+        return self._solver.x.to_numpy()[b, :len(self._members[b].x)].astype(np.float64)
+
+    def velocities(self, member: int = 0) -> np.ndarray:
+        """(N, 2) particle velocities of a member, m/s."""
+        self._require_built()
+        b = self._members_of(member)[0]
+        return self._solver.v.to_numpy()[b, :len(self._members[b].x)].astype(np.float64)
+
+    def particle_count(self, member: int = 0) -> int:
+        return len(self._members[self._members_of(member)[0]].x)
+
+    def fractions(self, member: int = 0) -> dict:
+        """Fractions of the member's liquid: ``{"in": {handle: f}, "in_flight": f, "spilled": f}``.
+
+        "in" counts particles inside a container's interior polygon; outside every container, a
+        particle slower than ``settle_speed`` is spilled, a faster one in flight.
+        """
+        self._require_built()
+        b = self._members_of(member)[0]
+        n = max(self.particle_count(b), 1)
+        return {"in": {h: self._in_body[b, h] / n for h, s in enumerate(self._members[b].shapes)
+                       if isinstance(s, Container)},
+                "in_flight": self._diag[b, 4] / n, "spilled": self._diag[b, 5] / n}
+
+    def diagnostics(self, member: int = 0) -> dict:
+        """Fractions plus: ``area`` (m^2, from the particle number density), ``area_drift``
+        (relative to the area at build or after the last liquid change), ``max_cfl`` (cells per
+        substep in the last advance), ``substeps``, ``pressure_iterations``, ``time`` (s),
+        ``unstable``."""
+        b = self._members_of(member)[0]
+        d = self._diag[b]
+        out = self.fractions(b)
+        area0 = self._area0[b]
+        out.update(area=d[6], area_drift=(d[6] / area0 - 1.0) if area0 > 0 else 0.0,
+                   max_cfl=d[1], substeps=int(d[2]), pressure_iterations=int(d[3]),
+                   time=d[7], unstable=bool(d[0]))
+        return out
+
+    @property
+    def unstable(self) -> bool:
+        """True once any member has blown up (its state is left as it was, for inspection)."""
+        return bool(self._diag is not None and self._diag[:, 0].any())
+
+    def unstable_members(self) -> np.ndarray:
+        return np.zeros(self.batch_size, bool) if self._diag is None else self._diag[:, 0] != 0
