@@ -332,12 +332,54 @@ def _shape_features(shape) -> np.ndarray:
     return np.array(onehot + [shape.width, shape.height] + params)
 
 
+class _Region:
+    """Fast point-in-interior test of a container in its own frame: half-planes when the
+    interior polygon is convex (rect, frustum, cup), else bounding box + crossing number."""
+
+    def __init__(self, shape):
+        poly = np.asarray(shape.interior, np.float64)
+        self.shape = shape
+        self.lo, self.hi = poly.min(0), poly.max(0)
+        e = np.roll(poly, -1, axis=0) - poly
+        cross = e[:, 0] * np.roll(e, -1, axis=0)[:, 1] - e[:, 1] * np.roll(e, -1, axis=0)[:, 0]
+        self.convex = bool(np.all(cross >= -1e-15))
+        n = np.column_stack((e[:, 1], -e[:, 0]))           # outward normals of a CCW polygon
+        keep = np.linalg.norm(n, axis=1) > 1e-12              # drop zero-length edges
+        self.normals = n[keep].T.copy()
+        self.offsets = np.einsum("ij,ij->i", n[keep], poly[keep])
+
+    def inside(self, loc: np.ndarray) -> np.ndarray:
+        if self.convex:
+            return np.all(loc @ self.normals < self.offsets, axis=1)
+        cand = np.all((loc >= self.lo) & (loc <= self.hi), axis=1)
+        out = np.zeros(len(loc), bool)
+        if cand.any():
+            out[cand] = self.shape.contains(loc[cand])
+        return out
+
+
+# Built worlds handed back by closed envs, by (resolution, batch size, capacity, arch): Taichi
+# compiles the solver's kernels anew for every solver instance, which costs seconds.
+_WORLD_POOL: dict[tuple, list] = {}
+
+
+def _all_positions(world) -> list[np.ndarray]:
+    """Particle positions of every member with ONE device read (``positions(b)`` reads all)."""
+    batched = getattr(world, "positions_all", None)
+    if batched is not None:
+        return [np.asarray(x, np.float64) for x in batched()]
+    # TODO(sim): a public batched read-out; World2D.positions(member) copies the whole batch.
+    x = world._solver.x.to_numpy()
+    return [x[b, :world.particle_count(b)].astype(np.float64) for b in range(world.batch_size)]
+
+
 class _Member:
     """Host-side state of one scene of the batch."""
 
     def __init__(self) -> None:
         self.task: PourTask | None = None
         self.source = self.target = None
+        self.s_region = self.t_region = None
         self.solid_pts = None          # S's wall centreline, densified (S frame)
         self.s_pose = np.zeros(3)
         self.s_vel = np.zeros(3)
@@ -349,7 +391,9 @@ class _Member:
         self.n = 0
         self.in_t = np.zeros(0, bool)
         self.earned = np.zeros(0)
+        self.x = np.zeros((0, 2))      # particle positions after the last step (m)
         self.prev_x = np.zeros((0, 2))
+        self.v = None                  # velocities, read lazily (render, particles obs)
         self.spilled = 0.0
         self.hist = None
         self.static = None             # per-task constant part of the state vector
@@ -369,6 +413,7 @@ class PourBatch:
         self.cfg = cfg
         self.B = int(batch_size)
         self.world = None
+        self._key = None
         self.members = [_Member() for _ in range(self.B)]
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
@@ -377,15 +422,33 @@ class PourBatch:
     def _ensure_world(self, task: PourTask) -> None:
         if self.world is not None:
             return
+        cfg = self.cfg
+        key = (cfg.resolution, self.B, cfg.capacity, cfg.arch)
+        pooled = _WORLD_POOL.get(key)
+        if pooled:
+            self.world, self._key = pooled.pop(), key
+            return
         from taigym import sim
 
-        cfg = self.cfg
         w = sim.World2D(size=DOMAIN, cells=cfg.resolution, viscosity=task.viscosity,
                         arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity)
         w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
         w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
         w.build()
-        self.world = w
+        self.world, self._key = w, key
+
+    def release(self) -> None:
+        """Hand the world back to the pool, for the next env with the same grid and batch size.
+
+        Every ``reset_member`` sets all of a member's state (liquid, shapes, poses, viscosity,
+        jitter seed), so a pooled world gives the same transitions as a new one; reusing it
+        saves the solver's allocation and kernel compilation.
+        """
+        if self.world is not None:
+            _WORLD_POOL.setdefault(self._key, []).append(self.world)
+            self.world = None
+            for m in self.members:
+                m.task = None
 
     def _set_viscosity(self, b: int, mu: float) -> None:
         w = self.world
@@ -403,6 +466,13 @@ class PourBatch:
         else:  # TODO(sim): public per-member jitter seed
             w._rngs[b] = np.random.default_rng(seed)
 
+    def velocities(self, b: int) -> np.ndarray:
+        """Member b's particle velocities after the last step (read on demand)."""
+        m = self.members[b]
+        if m.v is None:
+            m.v = np.nan_to_num(self.world.velocities(b))
+        return m.v
+
     # ------------------------------------------------------------------ reset
     def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
         cfg = self.cfg
@@ -410,6 +480,10 @@ class PourBatch:
         w, m = self.world, self.members[b]
         source = task.source_shape(cfg.wall_thickness)
         target = task.target_shape(cfg.wall_thickness)
+        needed = len(source.fill_points(task.fill, w.spacing))
+        if needed > cfg.capacity:
+            raise ValueError(f"the task needs {needed} particles but max_particles={cfg.capacity}; "
+                             f"pass a larger max_particles to gym.make")
         s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
         w.clear_liquid(member=b)
         w.set_pose(SOURCE, task.source_pose, s_vel, member=b)
@@ -418,12 +492,9 @@ class PourBatch:
         w.set_shape(TARGET, target, member=b)
         self._set_viscosity(b, task.viscosity)
         self._reseed(b, jitter_seed)
-        needed = len(source.fill_points(task.fill, w.spacing))
-        if needed > cfg.capacity:
-            raise ValueError(f"the task needs {needed} particles but max_particles={cfg.capacity}; "
-                             f"pass a larger max_particles to gym.make")
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
         m.task, m.source, m.target = task, source, target
+        m.s_region, m.t_region = _Region(source), _Region(target)
         m.solid_pts = _densify(np.asarray(source.walls), 0.5 * source.radius)
         m.s_pose = np.array(task.source_pose, dtype=np.float64)
         m.s_vel = s_vel
@@ -432,95 +503,90 @@ class PourBatch:
         m.time, m.steps, m.unstable = 0.0, 0, False
         m.prev_action = np.clip(s_vel * CONTROL_DT / ACTION_SCALE, -1, 1)
         m.n = w.particle_count(b)
-        x = w.positions(b)
-        m.prev_x = x
-        m.in_t = self._in_target(m, x, m.t_pose)
+        x = np.nan_to_num(w.positions(b))
+        m.x, m.prev_x, m.v = x, x, None
         m.earned = np.zeros(m.n)
         m.max_tilt = source.max_tilt_angle(task.fill)
         m.static = np.concatenate([
             [task.fill, math.log10(max(task.viscosity, 1e-4))],
             [0.0],  # time, filled in per step
             _shape_features(source), [m.max_tilt], _shape_features(target)])
-        fr = self._fractions(m, x, w.velocities(b))
+        m.in_t = m.t_region.inside(to_local(x, m.t_pose))
+        loc_s = to_local(x, m.s_pose)
+        fr = self._fractions(m, x, m.s_region.inside(loc_s), np.zeros(len(x)))
         m.spilled = fr["spilled"]
-        frame = self._frame(m, x)
-        m.hist = np.repeat(frame[None], HISTORY, axis=0)
+        m.hist = np.repeat(self._frame(m, loc_s)[None], HISTORY, axis=0)
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
 
     # ------------------------------------------------------------------ geometry
-    def _in_target(self, m: _Member, x: np.ndarray, t_pose) -> np.ndarray:
-        loc = to_local(x, t_pose)
-        lo, hi = m.target.interior.min(0), m.target.interior.max(0)
-        cand = np.all((loc >= lo) & (loc <= hi), axis=1)
-        out = np.zeros(len(x), bool)
-        if cand.any():
-            out[cand] = m.target.contains(loc[cand])
-        return out
+    def _fractions(self, m: _Member, x: np.ndarray, in_s: np.ndarray, speed2: np.ndarray) -> dict:
+        """Fractions of the liquid in S, in T, in flight and spilled.
 
-    def _fractions(self, m: _Member, x: np.ndarray, v: np.ndarray) -> dict:
-        """Fractions of the liquid in S, in T, in flight and spilled (host-side, float64).
-
-        Liquid outside both containers is spilled if it is slow (< 5 cm/s) or below the level of
-        T's opening (it can no longer reach T: e.g. sliding on the floor), else in flight.
+        Liquid outside both containers is spilled if it is slow (moved less than 5 cm/s over
+        the last step) or below the level of T's opening (it can no longer reach T, e.g.
+        sliding on the floor), else in flight.
         """
         n = max(m.n, 1)
-        loc = to_local(x, m.s_pose)
-        lo, hi = m.source.interior.min(0), m.source.interior.max(0)
-        cand = np.all((loc >= lo) & (loc <= hi), axis=1)
-        in_s = np.zeros(len(x), bool)
-        if cand.any():
-            in_s[cand] = m.source.contains(loc[cand])
         out = ~in_s & ~m.in_t
-        rim = to_world(m.target.opening_centre[None], m.t_pose)[0, 1]
-        slow = np.einsum("ij,ij->i", v, v) < SETTLE_SPEED ** 2
-        spilled = out & (slow | (x[:, 1] < rim))
-        return {"in": {SOURCE: in_s.sum() / n, TARGET: m.in_t.sum() / n},
-                "spilled": spilled.sum() / n, "in_flight": (out & ~spilled).sum() / n}
+        rim = m.t_pose[1] + m.target.opening_centre[1]
+        spilled = out & ((speed2 < SETTLE_SPEED ** 2) | (x[:, 1] < rim))
+        n_s, n_t, n_sp = int(in_s.sum()), int(m.in_t.sum()), int(spilled.sum())
+        return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
+                "in_flight": (m.n - n_s - n_t - n_sp) / n}
 
     def _penetration(self, m: _Member, pose: np.ndarray, t_pose: np.ndarray) -> tuple[float, float]:
         """(penetration of S's solid into T's, into the floor or scene edges), m."""
         r = m.source.radius
         pts = to_world(m.solid_pts, pose)
-        d_t = m.target.sdf(to_local(pts, t_pose)).min() - r
         W, H = DOMAIN
         edge = min(pts[:, 0].min() - r, W - pts[:, 0].max() - r, pts[:, 1].min() - r,
                    H - pts[:, 1].max() - r)
-        return max(0.0, -d_t), max(0.0, -edge)
+        pen_t = 0.0
+        reach = m.source.bounding_radius + m.target.bounding_radius
+        if (pose[0] - t_pose[0]) ** 2 + (pose[1] - t_pose[1]) ** 2 < reach * reach:
+            pen_t = max(0.0, r - float(m.target.sdf(to_local(pts, t_pose)).min()))
+        return pen_t, max(0.0, -edge)
 
     def _clip_move(self, m: _Member, delta: np.ndarray, t_next: np.ndarray) -> tuple[np.ndarray, bool]:
         """S's next pose under the displacement ``delta``; components that would push S's solid
         deeper into T's, the floor or the scene's edges are dropped. Returns (pose, clipped)."""
         cur = m.s_pose
+        p = cur + delta
+        p[2] = min(max(p[2], -TILT_LIMIT), TILT_LIMIT)
+        pen_t, pen_e = self._penetration(m, p, t_next)
+        if pen_t == 0.0 and pen_e == 0.0:
+            return p, bool(p[2] != cur[2] + delta[2])
         p0_t, p0_e = self._penetration(m, cur, t_next)
-        masks = ((1, 1, 1), (1, 0, 1), (1, 1, 0), (0, 1, 1), (1, 0, 0), (0, 0, 1), (0, 1, 0))
-        for mask in masks:
+        if pen_t <= p0_t + _EPS and pen_e <= p0_e + _EPS:
+            return p, True
+        for mask in ((1, 0, 1), (1, 1, 0), (0, 1, 1), (1, 0, 0), (0, 0, 1), (0, 1, 0)):
             mk = np.array(mask, float)
-            if mask != (1, 1, 1) and not np.any(mk * delta):
+            if not np.any(mk * delta):
                 continue
             p = cur + mk * delta
             p[2] = min(max(p[2], -TILT_LIMIT), TILT_LIMIT)
             pen_t, pen_e = self._penetration(m, p, t_next)
             if pen_t <= p0_t + _EPS and pen_e <= p0_e + _EPS:
-                return p, bool(mask != (1, 1, 1) or p[2] != cur[2] + delta[2])
+                return p, True
         return cur.copy(), bool(np.any(delta != 0))
 
     # ------------------------------------------------------------------ features
-    def _frame(self, m: _Member, x: np.ndarray) -> np.ndarray:
-        """Heightfield (bins) or lip heights (2) of the liquid in S's frame, / S's height."""
+    def _frame(self, m: _Member, loc: np.ndarray) -> np.ndarray:
+        """Heightfield (bins) or lip heights (2) of the liquid in S's frame (``loc``: particles
+        in S's frame), / S's height."""
         cfg = self.cfg
         if cfg.obs_mode not in ("features", "lip"):
             return np.zeros(0)
-        s = m.source
+        s, reg = m.source, m.s_region
         h, r = s.height, s.radius
-        loc = to_local(x, m.s_pose)
-        xlo, xhi = s.interior[:, 0].min(), s.interior[:, 0].max()
+        xlo, xhi = reg.lo[0], reg.hi[0]
         sel = (loc[:, 1] >= -r) & (loc[:, 1] <= 1.5 * h) & (loc[:, 0] >= xlo) & (loc[:, 0] <= xhi)
         loc = loc[sel]
         y = np.clip(loc[:, 1] / h, 0.0, 1.5)
         if cfg.obs_mode == "features":
             nb = cfg.heightfield_bins
-            k = np.clip(((loc[:, 0] - xlo) / (xhi - xlo) * nb).astype(np.int64), 0, nb - 1)
+            k = np.clip(((loc[:, 0] - xlo) * (nb / (xhi - xlo))).astype(np.int64), 0, nb - 1)
             out = np.zeros(nb)
             np.maximum.at(out, k, y)
             return out
@@ -535,7 +601,7 @@ class PourBatch:
 
     def _state(self, m: _Member) -> np.ndarray:
         oc_s = to_world(m.source.opening_centre[None], m.s_pose)[0]
-        oc_t = to_world(m.target.opening_centre[None], m.t_pose)[0]
+        oc_t = m.t_pose[:2] + m.target.opening_centre
         st = np.concatenate([m.s_pose, m.s_vel, m.t_pose[:2], m.t_vel[:2], oc_t - oc_s, m.static])
         st[14] = m.time / self.cfg.horizon
         return np.clip(np.nan_to_num(st), self.state_lo, self.state_hi).astype(np.float32)
@@ -546,7 +612,7 @@ class PourBatch:
             obs = np.concatenate([self._state(m), np.clip(m.hist.ravel(), 0.0, 1.5)])
             return obs.astype(np.float32)
         if cfg.obs_mode == "particles":
-            x, v = self.world.positions(b), self.world.velocities(b)
+            x, v = m.x, self.velocities(b)
             idx = np.linspace(0, max(m.n - 1, 0), cfg.n_particles).round().astype(np.int64)
             p = np.concatenate([x[idx], v[idx]], axis=1) if m.n else np.zeros((cfg.n_particles, 4))
             sp = self.obs_space["particles"]
@@ -575,32 +641,36 @@ class PourBatch:
         w.set_pose(TARGET, t_pose, t_vel)
         w.advance(dt)
         unstable = w.unstable_members()
+        xs = _all_positions(w)
         for b, (a, s_next, t_next, clipped) in plans.items():
-            self._after_step(b, a, s_next, t_next, clipped, bool(unstable[b]))
+            self._after_step(b, np.nan_to_num(xs[b]), a, s_next, t_next, clipped, bool(unstable[b]))
 
-    def _after_step(self, b: int, a, s_next, t_next, clipped: bool, unstable: bool) -> None:
-        cfg, w, m = self.cfg, self.world, self.members[b]
+    def _after_step(self, b: int, x: np.ndarray, a, s_next, t_next, clipped: bool,
+                    unstable: bool) -> None:
+        cfg, m = self.cfg, self.members[b]
+        t_prev_pose = m.t_pose
         m.s_vel = (s_next - m.s_pose) / CONTROL_DT
         m.t_vel = m.task.target_velocity_at(m.time + CONTROL_DT)
         m.s_pose, m.t_pose = s_next, t_next
-        t_prev_pose = m.task.target_pose_at(m.time)
         m.time += CONTROL_DT
         m.steps += 1
         m.unstable = unstable
-        x = np.nan_to_num(w.positions(b))
+        prev_x = m.prev_x
+        m.x, m.prev_x, m.v = x, x, None
         # seed 001's R_p for particles crossing T's opening this step; refunds for those leaving
-        in_t = self._in_target(m, x, m.t_pose)
+        loc_t = to_local(x, m.t_pose)
+        in_t = m.t_region.inside(loc_t)
         entered, left = in_t & ~m.in_t, m.in_t & ~in_t
         r = 0.0
         if entered.any():
-            lp = to_local(m.prev_x[entered], t_prev_pose)
-            ln = to_local(x[entered], m.t_pose)
+            lp = to_local(prev_x[entered], t_prev_pose)
+            ln = loc_t[entered]
             oc = m.target.opening_centre
             lip_l, lip_r = m.target.lips
             half_w = 0.5 * float(np.linalg.norm(lip_r - lip_l))
             dy = ln[:, 1] - lp[:, 1]
-            safe = np.where(np.abs(dy) > 1e-12, dy, 1.0)
-            t = np.where(np.abs(dy) > 1e-12, np.clip((oc[1] - lp[:, 1]) / safe, 0.0, 1.0), 1.0)
+            ok = np.abs(dy) > 1e-12
+            t = np.where(ok, np.clip((oc[1] - lp[:, 1]) / np.where(ok, dy, 1.0), 0.0, 1.0), 1.0)
             cross = lp + t[:, None] * (ln - lp)
             rp = np.clip((half_w - np.linalg.norm(cross - oc, axis=1)) / half_w, 0.0, 1.0)
             m.earned[entered] = rp
@@ -608,23 +678,25 @@ class PourBatch:
         if left.any():
             r -= m.earned[left].sum()
             m.earned[left] = 0.0
-        m.in_t, m.prev_x = in_t, x
-        n = max(m.n, 1)
-        fr = self._fractions(m, x, np.nan_to_num(w.velocities(b)))
-        r_target = r / n
+        m.in_t = in_t
+        loc_s = to_local(x, m.s_pose)
+        d = x - prev_x
+        fr = self._fractions(m, x, m.s_region.inside(loc_s),
+                             np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2)
+        r_target = r / max(m.n, 1)
         r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
         r_smooth = -cfg.smoothness_penalty * float(np.sum((a - m.prev_action) ** 2))
         m.spilled = fr["spilled"]
         m.prev_action = a
         if cfg.obs_mode in ("features", "lip"):
-            m.hist = np.concatenate([self._frame(m, x)[None], m.hist[:-1]])
+            m.hist = np.concatenate([self._frame(m, loc_s)[None], m.hist[:-1]])
         pen_t, _ = self._penetration(m, m.s_pose, m.t_pose)
         m.info = self._info(b, fr, r_target=r_target, r_spill=r_spill, r_smooth=r_smooth,
                             clipped=clipped, collision=pen_t > 1e-4)
 
     def _info(self, b: int, fr: dict, *, r_target, r_spill, r_smooth, clipped, collision) -> dict:
         m = self.members[b]
-        in_s, in_t = float(fr["in"].get(SOURCE, 0.0)), float(fr["in"].get(TARGET, 0.0))
+        in_s, in_t = float(fr["in"][SOURCE]), float(fr["in"][TARGET])
         spilled, flight = float(fr["spilled"]), float(fr["in_flight"])
         success = bool(in_t >= SUCCESS_IN_TARGET and spilled <= SUCCESS_MAX_SPILLED)
         return {"in_source": in_s, "in_target": in_t, "spilled": spilled, "in_flight": flight,
@@ -646,29 +718,28 @@ class PourBatch:
         return float(reward), bool(terminated), bool(truncated)
 
     # ------------------------------------------------------------------ rendering
-    def outflow(self, b: int, x=None, v=None):
+    def outflow(self, b: int):
         """Estimated outflow (start point c, velocity u) of liquid leaving S's lower lip, or None."""
-        m, w = self.members[b], self.world
+        m = self.members[b]
         if abs(m.s_pose[2]) < 0.2 or m.n == 0:
             return None
-        x = w.positions(b) if x is None else x
-        v = w.velocities(b) if v is None else v
+        x, v = m.x, self.velocities(b)
         lips = to_world(np.array(m.source.lips), m.s_pose)
         lip = lips[np.argmin(lips[:, 1])]
-        outside_s = ~m.source.contains(to_local(x, m.s_pose))
-        near = outside_s & ~m.in_t[:len(x)] & (np.linalg.norm(x - lip, axis=1) < 0.03)
+        outside_s = ~m.s_region.inside(to_local(x, m.s_pose))
+        near = outside_s & ~m.in_t & (np.linalg.norm(x - lip, axis=1) < 0.03)
         if near.sum() < 3:
             return None
         return x[near].mean(0), v[near].mean(0)
 
     def render(self, b: int, size_hw, parabola: bool = True) -> np.ndarray:
         m, w = self.members[b], self.world
-        x, v = np.nan_to_num(w.positions(b)), np.nan_to_num(w.velocities(b))
+        x, v = m.x, self.velocities(b)
         bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
                   (m.source, m.s_pose, _render.SOURCE_COLOUR)]
         lines = []
         if parabola:
-            est = self.outflow(b, x, v)
+            est = self.outflow(b)
             if est is not None:
                 c, u = est
                 tau = np.linspace(0.0, 0.6, 40)
@@ -750,4 +821,5 @@ class PourEnv(gym.Env):
         return None if self.task is None else self._batch.outflow(0)
 
     def close(self):
-        self._batch.world = None
+        self._batch.release()
+        self._needs_reset = True

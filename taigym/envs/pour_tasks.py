@@ -303,6 +303,23 @@ def _split(split: str) -> tuple[PourTask, ...]:
     return tuple(sample_task(rng) for _ in range(SPLIT_SIZES[split]))
 
 
+def fingerprint(tasks) -> str:
+    """SHA-256 of the tasks' fields rounded to 1e-9 (robust to last-bit libm differences)."""
+    import hashlib
+
+    def rounded(v):
+        if isinstance(v, float):
+            return round(v, 9)
+        if isinstance(v, dict):
+            return {k: rounded(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [rounded(x) for x in v]
+        return v
+
+    text = json.dumps([rounded(t.to_dict()) for t in tasks], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def pour_tasks(split: str = "train") -> tuple[PourTask, ...]:
     """The fixed, seeded split: 1000 ``train`` or 100 ``eval`` tasks (disjoint, identical on
     every machine)."""

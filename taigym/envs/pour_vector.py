@@ -123,4 +123,4 @@ class PourVectorEnv(VectorEnv):
         return tuple(self._batch.render(b, self.cfg.render_size) for b in range(self.num_envs))
 
     def close_extras(self, **kwargs):
-        self._batch.world = None
+        self._batch.release()

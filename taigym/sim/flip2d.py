@@ -194,12 +194,28 @@ class Flip2D:
                         vel = self.body_point_velocity(b, k, p)
             self.phi[b, i, j] = phi
             self.vnode[b, i, j] = vel
+        # A face next to a cell centred inside a solid is closed. Such a cell holds no liquid
+        # (particles stay r_particle out of solids); as air (p = 0) it would draw liquid into
+        # the wall through the face's open sliver, and as liquid its tiny open faces would
+        # carry large spurious velocities. Faces between two open-centred cells keep Batty's
+        # fractions, so walls cutting through cells are still resolved below the cell size.
         for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            self.wu[b, i, j] = open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
+            closed = self.solid_centred(b, i - 1, j) or self.solid_centred(b, i, j)
+            self.wu[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
             self.us[b, i, j] = 0.5 * (self.vnode[b, i, j][0] + self.vnode[b, i, j + 1][0])
         for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            self.wv[b, i, j] = open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
+            closed = self.solid_centred(b, i, j - 1) or self.solid_centred(b, i, j)
+            self.wv[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
             self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
+
+    @ti.func
+    def solid_centred(self, b, i, j):
+        """Cell (i, j) in the active box with its centre inside a solid (mean of its nodes' SDF)."""
+        res = False
+        if self.in_box(b, i, j):
+            res = (self.phi[b, i, j] + self.phi[b, i + 1, j] + self.phi[b, i, j + 1]
+                   + self.phi[b, i + 1, j + 1]) < 0.0
+        return res
 
     # ------------------------------------------------------------------ transfers
     @ti.func
@@ -406,22 +422,13 @@ class Flip2D:
     @ti.func
     def build_pressure_system(self, b, dt):
         nx, ny, dx = self.nx, self.ny, self.dx
-        # Liquid cells: those holding particles, and cells centred inside a solid next to them.
-        # The latter are never air: a p = 0 there would suck liquid into the wall through the
-        # open part of a face that the wall surface cuts.
+        # Liquid cells: those holding particles and not sealed off by solids.
         m = 0
         i0, i1, j0, j1 = self.box[b]
         for i, j in ti.ndrange((i0, i1), (j0, j1)):
             self.cell_id[b, i, j] = -1
             open_sum = self.wu[b, i, j] + self.wu[b, i + 1, j] + self.wv[b, i, j] + self.wv[b, i, j + 1]
-            liquid = self.count[b, i, j] > 0
-            if not liquid:
-                centre = 0.25 * (self.phi[b, i, j] + self.phi[b, i + 1, j]
-                                 + self.phi[b, i, j + 1] + self.phi[b, i + 1, j + 1])
-                if centre < 0.0:
-                    liquid = (self.count_at(b, i - 1, j) + self.count_at(b, i + 1, j)
-                              + self.count_at(b, i, j - 1) + self.count_at(b, i, j + 1)) > 0
-            if liquid and open_sum > 0.0:
+            if self.count[b, i, j] > 0 and open_sum > 0.0:
                 self.cell_id[b, i, j] = m
                 self.cells[b, m] = i * ny + j
                 m += 1
@@ -438,8 +445,16 @@ class Flip2D:
                    - (wl * self.u[b, i, j] + (1 - wl) * self.us[b, i, j])
                    + (wt * self.w[b, i, j + 1] + (1 - wt) * self.ws[b, i, j + 1])
                    - (wd * self.w[b, i, j] + (1 - wd) * self.ws[b, i, j]))
-            # density correction: compressed cells are asked to expand back over ~1/kappa steps
-            div -= self.kappa * ti.max(self.rho[b, i, j] - 1.0, 0.0) * dx / dt
+            # Density correction: a compressed cell is asked to expand back over ~1/kappa
+            # substeps; a sparse one well inside the liquid (all faces open, all neighbours
+            # wet) to contract. Near air or walls a low count is geometry, not a void.
+            excess = self.rho[b, i, j] - 1.0
+            inside = (wl + wr + wd + wt == 4.0 and self.count_at(b, i - 1, j) > 0
+                      and self.count_at(b, i + 1, j) > 0 and self.count_at(b, i, j - 1) > 0
+                      and self.count_at(b, i, j + 1) > 0)
+            if not inside:
+                excess = ti.max(excess, 0.0)
+            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / dt
             self.r[b, c] = -dx * div
             self.p[b, c] = 0.0
         # MIC(0) preconditioner; neighbours below and to the left come first in the list

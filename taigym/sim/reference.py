@@ -162,9 +162,17 @@ class NumpyFlip2D:
             vel[ii, jj, 0] = bv[0] - bv[2] * (pts[:, 1] - frame[1])
             vel[ii, jj, 1] = bv[1] + bv[2] * (pts[:, 0] - frame[0])
         self.phi, self.vnode = phi, vel
-        self.wu = open_fraction(phi[:, :-1], phi[:, 1:])
+        # as the kernel: faces next to a cell centred inside a solid are closed
+        solid = (phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:]) < 0.0
+        closed_u = np.zeros((nx + 1, ny), bool)
+        closed_u[:-1] |= solid
+        closed_u[1:] |= solid
+        closed_v = np.zeros((nx, ny + 1), bool)
+        closed_v[:, :-1] |= solid
+        closed_v[:, 1:] |= solid
+        self.wu = np.where(closed_u, 0.0, open_fraction(phi[:, :-1], phi[:, 1:]))
         self.us = 0.5 * (vel[:, :-1, 0] + vel[:, 1:, 0])
-        self.wv = open_fraction(phi[:-1, :], phi[1:, :])
+        self.wv = np.where(closed_v, 0.0, open_fraction(phi[:-1, :], phi[1:, :]))
         self.ws = 0.5 * (vel[:-1, :, 1] + vel[1:, :, 1])
 
     # ------------------------------------------------------------------ transfers
@@ -218,14 +226,8 @@ class NumpyFlip2D:
     def project(self, dt: float) -> int:
         nx, ny, dx = self.nx, self.ny, self.dx
         wu, wv, us, ws, u, w, cnt = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.count
-        phi = self.phi
         open_sum = wu[:-1] + wu[1:] + wv[:, :-1] + wv[:, 1:]
-        centre = 0.25 * (phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:])
-        i, j = np.arange(nx), np.arange(ny)
-        im, ip = np.clip(i - 1, 0, nx - 1), np.clip(i + 1, 0, nx - 1)
-        jm, jp = np.clip(j - 1, 0, ny - 1), np.clip(j + 1, 0, ny - 1)
-        nbr_count = cnt[im, :] + cnt[ip, :] + cnt[:, jm] + cnt[:, jp]
-        liquid = ((cnt > 0) | ((centre < 0.0) & (nbr_count > 0))) & (open_sum > 0.0)
+        liquid = (cnt > 0) & (open_sum > 0.0)
         m = int(liquid.sum())
         iters = 0
         pgrid = np.zeros((nx, ny))
@@ -236,7 +238,12 @@ class NumpyFlip2D:
             div = ((wu[1:] * u[1:] + (1 - wu[1:]) * us[1:]) - (wu[:-1] * u[:-1] + (1 - wu[:-1]) * us[:-1])
                    + (wv[:, 1:] * w[:, 1:] + (1 - wv[:, 1:]) * ws[:, 1:])
                    - (wv[:, :-1] * w[:, :-1] + (1 - wv[:, :-1]) * ws[:, :-1]))
-            div -= self.kappa * np.maximum(self.rho - 1.0, 0.0) * dx / dt
+            # as the kernel: only cells well inside the liquid may be asked to contract
+            wet = np.pad(cnt > 0, 1)
+            inside = ((open_sum == 4.0) & wet[:-2, 1:-1] & wet[2:, 1:-1]
+                      & wet[1:-1, :-2] & wet[1:-1, 2:])
+            excess = np.where(inside, self.rho - 1.0, np.maximum(self.rho - 1.0, 0.0))
+            div -= self.kappa * np.clip(excess, -0.5, 0.5) * dx / dt
             rhs = -dx * div[liquid]
             diag = open_sum[liquid]
             # couplings across interior faces between two liquid cells (symmetric)

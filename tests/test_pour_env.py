@@ -1,0 +1,356 @@
+"""taigym/Pour-v0: API, tasks, determinism, vector env, rendering and agents (small grids)."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import taigym.agents
+import taigym.envs  # noqa: F401  (registers the ids)
+from taigym.envs import tasks
+from taigym.envs.pour import ACTION_SCALE, PourEnv
+from taigym.envs.pour_tasks import DOMAIN, PourTask, fingerprint, reflect, sample_task
+from taigym.envs.render import render_scene
+
+RES = 64  # 12.5 mm cells: coarse but fast; the physics is checked elsewhere
+KW = dict(resolution=RES)
+
+
+def make(**kw):
+    return gym.make("taigym/Pour-v0", **{**KW, **kw})
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = make()
+    yield e
+    e.close()
+
+
+def easy_task(**kw):
+    """S right above a static T: the scripted agent should pour it cleanly."""
+    base = dict(source_container="rect", source_width=0.08, source_height=0.10,
+                target_container="rect", target_width=0.12, target_height=0.10,
+                source_pose=(0.3, 0.25, 0.0), target_position=(0.42, 0.05),
+                target_velocity=(0.0, 0.0), fill=0.5, viscosity=1e-3)
+    base.update(kw)
+    return PourTask(**base)
+
+
+def rollout(e, seed, actions, task=None):
+    obs, info = e.reset(seed=seed, options={"task": task} if task else None)
+    out = [(obs, 0.0, False, False, info)]
+    for a in actions:
+        out.append(e.step(a))
+    return out
+
+
+# ---------------------------------------------------------------------- registration, args
+def test_registration_does_not_initialise_taichi():
+    code = ("import sys, gymnasium as gym, taigym.envs; "
+            "e = gym.make('taigym/Pour-v0'); "
+            "assert 'taichi' not in sys.modules, 'taichi imported'; "
+            "print(gym.spec('taigym/Pour-v0').vector_entry_point)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "PourVectorEnv" in out.stdout
+
+
+@pytest.mark.parametrize("kw, name", [
+    (dict(container="teapot"), "container"), (dict(target_container=3), "target_container"),
+    (dict(fill=0.0), "fill"), (dict(fill=1.5), "fill"), (dict(viscosity=-1e-3), "viscosity"),
+    (dict(viscosity=2.0), "viscosity"), (dict(target_velocity=(5.0, 0.0)), "target_velocity"),
+    (dict(target_velocity="fast"), "target_velocity"), (dict(liquid_velocity="warm"), "liquid_velocity"),
+    (dict(obs_mode="pixels"), "obs_mode"), (dict(resolution=16), "resolution"),
+    (dict(resolution=100.5), "resolution"), (dict(render_mode="ansi"), "render_mode"),
+    (dict(horizon=0.0), "horizon"), (dict(max_particles=0), "max_particles"),
+    (dict(n_particles=0), "n_particles"), (dict(heightfield_bins=1), "heightfield_bins"),
+    (dict(image_size=(4, 4)), "image_size"), (dict(spill_penalty=-1), "spill_penalty"),
+    (dict(task_split="test"), "task_split"), (dict(arch="tpu"), "arch"), (dict(colour="red"), "colour"),
+])
+@pytest.mark.filterwarnings("ignore:.*render_mode")
+def test_invalid_arguments_raise_value_error_naming_them(kw, name):
+    with pytest.raises(ValueError, match=name):
+        gym.make("taigym/Pour-v0", **kw)
+
+
+# ---------------------------------------------------------------------- tasks
+def test_task_round_trips_and_validates():
+    t = tasks("pour", "eval")[3]
+    d = t.to_dict()
+    assert PourTask.from_dict(json.loads(json.dumps(d))) == t
+    v = dataclasses.replace(t, viscosity=0.1)
+    assert v.viscosity == 0.1 and v.fill == t.fill
+    with pytest.raises(ValueError, match="fill"):
+        dataclasses.replace(t, fill=0.0)
+    with pytest.raises(ValueError, match="viscosity"):
+        dataclasses.replace(t, viscosity=-1.0)
+    with pytest.raises(ValueError, match="source_container"):
+        dataclasses.replace(t, source_container="mug")
+    with pytest.raises(ValueError, match="unknown"):
+        PourTask.from_dict({**d, "colour": 1})
+    for name in ("source_container", "fill", "viscosity", "target_velocity"):
+        assert hasattr(t, name)
+
+
+def test_splits_are_fixed_disjoint_and_in_range():
+    train, ev = tasks("pour", "train"), tasks("pour", "eval")
+    assert len(train) == 1000 and len(ev) == 100
+    assert not set(train) & set(ev)
+    assert len(set(train)) == 1000
+    # identical on every machine: a fingerprint of the eval split (update only on purpose)
+    assert fingerprint(ev) == EVAL_DIGEST, fingerprint(ev)
+    assert fingerprint(train) == TRAIN_DIGEST, fingerprint(train)
+    for t in train[:200]:
+        assert 0.3 <= t.fill <= 0.8 and 1e-3 <= t.viscosity <= 0.1
+        assert np.hypot(*t.target_velocity) <= 0.3 + 1e-9
+        assert 0.05 - 1e-9 <= t.target_position[0] - t.source_pose[0] <= 0.40 + 1e-9
+        s = t.source_shape(0.025)
+        assert 0.06 - 1e-9 <= max(s.interior[:, 0].max() * 2, s.width) <= 0.10 + 1e-9
+        assert t.target_shape().interior_area >= 1.5 * s.liquid_area(t.fill) * 0.999 or \
+            t.target_height == pytest.approx(0.12)
+    with pytest.raises(ValueError, match="split"):
+        tasks("pour", "test")
+    with pytest.raises(ValueError, match="family"):
+        tasks("juggle")
+
+
+EVAL_DIGEST = "bbcdf3f6359fa4ae4d3fb3b965a4c35d7ba88f1e21047eda344696f0c218a1a6"
+TRAIN_DIGEST = "c70abce4ed1b54e420d123ece66fbb727a4667d8ad5a3de29d13d26a60aa9316"
+
+
+def test_sampler_fixed_variables_keep_the_others():
+    a = sample_task(np.random.default_rng(5))
+    b = sample_task(np.random.default_rng(5), fill=0.42, viscosity=0.2, target_velocity=(0.0, 0.0))
+    assert b.fill == 0.42 and b.viscosity == 0.2 and b.target_velocity == (0.0, 0.0)
+    assert b.source_pose[0] == a.source_pose[0] and b.source_container == a.source_container
+
+
+def test_target_trajectory_bounces_inside_its_box():
+    t = tasks("pour", "train")[0]
+    x_lo, x_hi, y_lo, y_hi = t.target_bounds
+    for s in np.linspace(0, 5, 101):
+        x, y, th = t.target_pose_at(s)
+        assert x_lo - 1e-12 <= x <= x_hi + 1e-12 and y_lo - 1e-12 <= y <= y_hi + 1e-12 and th == 0
+    assert reflect(0.9, 1.0, 0.3, 0.0, 1.0) == pytest.approx((0.8, -1.0))
+
+
+# ---------------------------------------------------------------------- Gymnasium API
+@pytest.mark.parametrize("obs_mode", ["features", "lip", "particles", "rgb"])
+def test_check_env_passes(obs_mode):
+    e = make(obs_mode=obs_mode, render_mode="rgb_array")
+    try:
+        check_env(e.unwrapped)
+    finally:
+        e.close()
+
+
+def test_spaces_and_info_every_step(env):
+    assert env.action_space.shape == (3,) and env.action_space.dtype == np.float32
+    assert np.all(np.isfinite(env.observation_space.low)) and np.all(np.isfinite(env.observation_space.high))
+    obs, info = env.reset(seed=1)
+    keys = {"in_source", "in_target", "spilled", "in_flight", "success", "sim_unstable"}
+    assert keys <= set(info)
+    assert info["in_source"] == pytest.approx(1.0) and not info["success"]
+    for _ in range(3):
+        obs, r, term, trunc, info = env.step(env.action_space.sample())
+        assert env.observation_space.contains(obs)
+        assert keys <= set(info) and np.isfinite(r)
+        total = info["in_source"] + info["in_target"] + info["spilled"] + info["in_flight"]
+        assert total == pytest.approx(1.0, abs=1e-9)
+
+
+def test_seeded_resets_and_steps_are_reproducible(env):
+    actions = [np.array([0.5, -0.2, -0.8], np.float32)] * 6
+    a = rollout(env, 7, actions)
+    b = rollout(env, 7, actions)
+    e2 = make()  # a second env (its own world) gives the same transitions too
+    try:
+        c = rollout(e2, 7, actions)
+    finally:
+        e2.close()
+    for x, y, z in zip(a, b, c):
+        np.testing.assert_array_equal(x[0], y[0])
+        np.testing.assert_array_equal(x[0], z[0])
+        assert x[1] == y[1] == z[1]
+    assert not np.array_equal(rollout(env, 8, [])[0][0], a[0][0])
+
+
+def test_given_task_runs_exactly_and_kwargs_fix_variables(env):
+    t = easy_task(liquid_velocity="follow", source_velocity=(0.1, 0.0))
+    obs, info = env.reset(seed=0, options={"task": t.to_dict()})
+    assert env.unwrapped.task == t
+    np.testing.assert_allclose(info["source_pose"], t.source_pose)
+    e = make(fill=0.35, container="frustum", target_velocity=(0.0, 0.0), liquid_velocity="zero")
+    try:
+        for s in range(3):
+            e.reset(seed=s)
+            task = e.unwrapped.task
+            assert task.fill == 0.35 and task.source_container == "frustum"
+            assert task.target_velocity == (0.0, 0.0) and task.liquid_velocity == "zero"
+    finally:
+        e.close()
+
+
+def test_moves_into_the_target_or_the_floor_are_clipped(env):
+    env.reset(seed=0, options={"task": easy_task(source_pose=(0.42, 0.20, 0.0))})
+    u = env.unwrapped
+    for _ in range(12):  # S is right above T: pushing down must stop on T's rim
+        _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
+        assert not info["collision"]
+    assert info["action_clipped"]
+    pen_t, pen_e = u._batch._penetration(u._batch.members[0], info["source_pose"], info["target_pose"])
+    assert pen_t == 0.0 and pen_e == 0.0
+    env.reset(seed=0, options={"task": easy_task(source_pose=(0.15, 0.15, 0.0))})
+    for _ in range(12):  # beside T: down to the floor and no further
+        _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
+    y = info["source_pose"][1]
+    assert y - u.source_shape.radius > -1e-9 and info["action_clipped"]
+    _, _, _, _, info2 = env.step(np.array([1.0, -1.0, 0.0], np.float32))  # x still moves
+    assert info2["source_pose"][0] == pytest.approx(info["source_pose"][0] + ACTION_SCALE[0])
+
+
+def test_reward_terms_and_truncation():
+    e = make(horizon=0.25)
+    try:
+        obs, info = e.reset(seed=3)
+        a0 = np.zeros(3, np.float32)
+        prev = e.unwrapped._batch.members[0].prev_action.copy()
+        _, r, term, trunc, info = e.step(np.ones(3, np.float32))
+        assert info["reward_smooth"] == pytest.approx(-1e-3 * np.sum((1.0 - prev) ** 2))
+        assert r == pytest.approx(info["reward_target"] + info["reward_spill"] + info["reward_smooth"])
+        n = 1
+        while not (term or trunc):
+            _, r, term, trunc, info = e.step(a0)
+            n += 1
+        assert trunc and not term and n == 5 and info["time"] == pytest.approx(0.25)
+    finally:
+        e.close()
+
+
+def test_solver_blow_up_truncates_with_flag(env, monkeypatch):
+    env.reset(seed=0)
+    world = env.unwrapped.world
+    monkeypatch.setattr(world, "unstable_members", lambda: np.array([True]))
+    obs, r, term, trunc, info = env.step(np.zeros(3, np.float32))
+    assert trunc and not term and info["sim_unstable"]
+    assert env.observation_space.contains(obs) and np.isfinite(r)
+    monkeypatch.undo()
+    _, info = env.reset(seed=0)
+    assert not info["sim_unstable"]
+
+
+# ---------------------------------------------------------------------- rendering
+def test_renderer_draws_walls_and_particles():
+    from taigym.sim import container
+
+    c = container("rect", 0.1, 0.1, wall_thickness=0.02)
+    pos = np.array([[0.4, 0.25]])
+    img = render_scene((100, 160), DOMAIN, [(c, (0.2, 0.1, 0.0), (0, 0, 0))], pos,
+                       np.zeros((1, 2)), particle_size=0.02)
+    assert img.shape == (100, 160, 3) and img.dtype == np.uint8
+    # left wall centre at x = 0.2 - 0.06 m, y = 0.15 m -> column 28, row 70
+    assert tuple(img[70, 28]) == (0, 0, 0)
+    assert tuple(img[50, 80]) != tuple(img[5, 5])  # the particle
+    assert tuple(img[40, 40]) == tuple(img[5, 5])  # inside the container: background
+
+
+def test_render_rgb_array_and_record_video(tmp_path):
+    pytest.importorskip("moviepy")
+    e = make(render_mode="rgb_array", horizon=0.2)
+    try:
+        from gymnasium.wrappers import RecordVideo
+
+        v = RecordVideo(e, str(tmp_path / "videos"), episode_trigger=lambda i: True, disable_logger=True)
+        v.reset(seed=0)
+        frame = e.render()
+        assert frame.shape == (320, 512, 3) and frame.dtype == np.uint8
+        done = False
+        while not done:
+            _, _, term, trunc, _ = v.step(v.action_space.sample())
+            done = term or trunc
+        v.close()
+        assert list((tmp_path / "videos").glob("*.mp4"))
+    finally:
+        e.close()
+
+
+# ---------------------------------------------------------------------- vector env
+def test_vector_env_matches_single_envs():
+    B, steps, horizon = 8, 5, 0.1  # horizon 2 steps: every member truncates and autoresets
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (steps, B, 3)).astype(np.float32)
+    venv = gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point",
+                        horizon=horizon, **KW)
+    try:
+        vobs, vinfo = venv.reset(seed=100)
+        v_out = [venv.step(actions[k]) for k in range(steps)]
+    finally:
+        venv.close()
+    e = make(horizon=horizon)
+    try:
+        for b in range(B):
+            obs, info = e.reset(seed=100 + b)
+            np.testing.assert_array_equal(obs, vobs[b])
+            done = False
+            for k in range(steps):
+                vo, vr, vterm, vtrunc, vi = v_out[k]
+                if done:  # NEXT_STEP autoreset: this step returns the reset
+                    obs, info = e.reset()
+                    r, term, trunc = 0.0, False, False
+                else:
+                    obs, r, term, trunc, info = e.step(actions[k, b])
+                np.testing.assert_array_equal(obs, vo[b])
+                assert r == vr[b] and term == vterm[b] and trunc == vtrunc[b]
+                assert info["in_target"] == vi["in_target"][b]
+                done = term or trunc
+    finally:
+        e.close()
+
+
+# ---------------------------------------------------------------------- agents
+def test_agents_make_and_act(env):
+    with pytest.raises(ValueError, match="available"):
+        taigym.agents.make("oracle", env)
+    with pytest.raises(ValueError, match="not implemented"):
+        taigym.agents.make("sqp", env)
+    with pytest.raises(ValueError, match="accepted"):
+        taigym.agents.make("scripted", env, speed=3)
+    obs, info = env.reset(seed=0)
+    for name in ("random", "scripted"):
+        agent = taigym.agents.make(name, env)
+        agent.reset(seed=0)
+        a = agent.act(obs, info)
+        assert env.action_space.contains(a)
+    r1, r2 = taigym.agents.make("random", env), taigym.agents.make("random", env)
+    r1.reset(seed=4), r2.reset(seed=4)
+    np.testing.assert_array_equal(r1.act(obs, info), r2.act(obs, info))
+
+
+def test_scripted_agent_pours_an_easy_task(env):
+    agent = taigym.agents.make("scripted", env)
+    row = taigym.agents.run_episode(env, agent, seed=0, task=easy_task())
+    assert row["in_target"] > 0.7 and row["in_source"] < 0.1, row
+
+
+@pytest.mark.slow
+def test_scripted_beats_random_on_eval_tasks():
+    e = gym.make("taigym/Pour-v0")
+    try:
+        ev = tasks("pour", "eval")[:10]
+        s = taigym.agents.summarise(taigym.agents.evaluate(e, taigym.agents.make("scripted", e), ev))
+        r = taigym.agents.summarise(taigym.agents.evaluate(e, taigym.agents.make("random", e), ev))
+        assert s["success_rate"] >= 0.5 and r["success_rate"] <= 0.1
+    finally:
+        e.close()
+
+
+def test_pour_env_class_docstring_has_tables():
+    doc = PourEnv.__doc__
+    for head in ("## Action space", "## Observation space", "## Rewards", "## Episode end"):
+        assert head in doc
