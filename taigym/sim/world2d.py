@@ -345,11 +345,18 @@ class World2D:
         """
         self._check_handle(handle)
         idx = self._members_of(member)
+        old_pose, old_vel = self._pose[idx, handle].copy(), self._vel[idx, handle].copy()
         for name, val, dst in (("pose", pose, self._pose), ("velocity", velocity, self._vel)):
             a = np.asarray(val, dtype=np.float64)
             if a.shape not in ((3,), (len(idx), 3)) or not np.all(np.isfinite(a)):
                 raise ValueError(f"{name} must be finite with shape (3,) or ({len(idx)}, 3), got {a.shape}")
             dst[idx, handle] = a
+        try:  # a container carried out of the domain would lose its liquid to the edge
+            for b in idx:
+                self._check_shape(b, handle, self._members[b].shapes[handle])
+        except ValueError:
+            self._pose[idx, handle], self._vel[idx, handle] = old_pose, old_vel
+            raise
         if self._solver is not None:
             self._upload_poses()
 
