@@ -7,7 +7,7 @@ PCG's residual (1e-5 of the largest right-hand side), i.e. ~1e-6 m/s in the grid
 ~1e-8 m of displacement per substep; FLIP amplifies it (chaotic splashes), so the run is kept
 to two control steps (~30 substeps). Observed max |dx| over all particles: ~4e-8 m after one
 step, ~5e-7 m after two, ~4e-6 m after three. POS_TOL = 1e-5 m = dx / 312 still separates
-algorithmic differences clearly: flip_ratio 0.95 -> 0.96, density_correction 0.1 -> 0.11 or one
+algorithmic differences clearly: flip_ratio 0.95 -> 0.96, density_correction 0.5 -> 0.51 or one
 extrapolation layer instead of two each move some particle by >= 3.7e-4 m in the same two steps.
 """
 

@@ -39,8 +39,7 @@ PCG_TOLERANCE = 1e-5      # relative max-norm residual of the pressure solve
 PCG_MAX_ITERS = 400
 MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
-EXTRAPOLATION_LAYERS = 2  # cells of valid velocity grown into air
-BOX_PAD = 4               # cells between the liquid's bounding box and the active grid's edge
+ADVECTION_CFL = 0.9        # cells a particle may travel between two pushes out of solids
 BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 
@@ -62,6 +61,10 @@ class Flip2D:
         self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
         self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
         self.r_particle = 0.25 * dx  # particles are seeded dx/2 apart
+        # A particle travels up to `cfl` cells in a substep and samples the grid velocity on
+        # its way: valid velocities must reach that far into air, and the active box further.
+        self.layers = int(np.ceil(cfl)) + 1          # extrapolation layers
+        self.pad = self.layers + 2                   # active-box padding, cells
         B, P, K, C = batch, max_particles, max_bodies, nx * ny
         v2 = ti.types.vector(2, ti.f32)
 
@@ -104,7 +107,7 @@ class Flip2D:
         self.rho = ti.field(ti.f32, shape=(B, nx, ny))              # particles / rest count
         self.cell_id = ti.field(ti.i32, shape=(B, nx, ny))
         # Active box: all grid work of a substep happens in cells [i0, i1) x [j0, j1), the
-        # liquid's bounding box padded by BOX_PAD cells, so cost follows the liquid, not the room.
+        # liquid's bounding box padded by `pad` cells, so cost follows the liquid, not the room.
         # Nothing outside it is read: the look-ups below treat it as empty air.
         self.box = ti.Vector.field(4, ti.i32, shape=B)
         # pressure system on the compact list of liquid cells, in lexicographic order
@@ -194,11 +197,11 @@ class Flip2D:
                         vel = self.body_point_velocity(b, k, p)
             self.phi[b, i, j] = phi
             self.vnode[b, i, j] = vel
-        # A face next to a cell centred inside a solid is closed. Such a cell holds no liquid
-        # (particles stay r_particle out of solids); as air (p = 0) it would draw liquid into
-        # the wall through the face's open sliver, and as liquid its tiny open faces would
-        # carry large spurious velocities. Faces between two open-centred cells keep Batty's
-        # fractions, so walls cutting through cells are still resolved below the cell size.
+        # A face next to an empty cell centred inside a solid is closed: as air (p = 0) that
+        # cell would draw liquid into the wall through the face's open sliver, and as liquid
+        # its tiny open faces would carry large spurious velocities. A solid-centred cell that
+        # does hold particles (a wall cutting a cell's corner) stays liquid with Batty's
+        # fractions, or the particles in it would pile up out of the pressure solve's reach.
         for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
             closed = self.solid_centred(b, i - 1, j) or self.solid_centred(b, i, j)
             self.wu[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
@@ -210,9 +213,10 @@ class Flip2D:
 
     @ti.func
     def solid_centred(self, b, i, j):
-        """Cell (i, j) in the active box with its centre inside a solid (mean of its nodes' SDF)."""
+        """Cell (i, j) in the active box, holding no particle, with its centre inside a solid
+        (mean of its nodes' SDF)."""
         res = False
-        if self.in_box(b, i, j):
+        if self.in_box(b, i, j) and self.count[b, i, j] == 0:
             res = (self.phi[b, i, j] + self.phi[b, i + 1, j] + self.phi[b, i, j + 1]
                    + self.phi[b, i + 1, j + 1]) < 0.0
         return res
@@ -295,7 +299,7 @@ class Flip2D:
     def extrapolate(self, b, f: ti.template(), valid: ti.template(), i0, i1, j0, j1):
         """Grow valid face velocities into air, one layer at a time (order independent),
         over faces [i0, i1) x [j0, j1)."""
-        for layer in range(EXTRAPOLATION_LAYERS):
+        for layer in ti.static(range(self.layers)):
             for i, j in ti.ndrange((i0, i1), (j0, j1)):
                 if valid[b, i, j] == 0:
                     acc, cnt = 0.0, 0
@@ -584,18 +588,24 @@ class Flip2D:
             v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5),
                                self.sample(b, self.w_old, x, 0.5, 0.0)])
             vel = self.flip_ratio * (self.v[b, p] + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
-            mid = x + 0.5 * dt * v_pic
-            x = x + dt * self.grid_velocity(b, mid)
-            # Push out of solids. The nodal SDF is at the start of the substep; sampling it
-            # where the solid point now over x was then moves it with the body.
-            phi0, grad0, vs = self.solid_at(b, x)
-            phi, grad, vs2 = self.solid_at(b, x - dt * vs)
-            if phi < rp:
-                nrm = grad.normalized(1e-12)
-                x += (rp - phi) * nrm
-                vn = (vel - vs).dot(nrm)
-                if vn < 0.0:
-                    vel -= vn * nrm
+            # RK2 through the grid velocity in legs of at most ADVECTION_CFL cells, each followed
+            # by a push out of solids, so that no particle can cross a wall two cells thick
+            # even when the substep's CFL number is larger.
+            legs = ti.max(1, int(ti.ceil(v_pic.norm() * dt / (ADVECTION_CFL * self.dx))))
+            h = dt / legs
+            for leg in range(legs):
+                mid = x + 0.5 * h * self.grid_velocity(b, x)
+                x = x + h * self.grid_velocity(b, mid)
+                # The nodal SDF is from the start of the substep; sampling it where the solid
+                # point now over x was then follows the body's motion.
+                phi0, grad0, vs = self.solid_at(b, x)
+                phi, grad, vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
+                if phi < rp:
+                    nrm = grad.normalized(1e-12)
+                    x = x + (rp - phi) * nrm
+                    vn = (vel - vs).dot(nrm)
+                    if vn < 0.0:
+                        vel = vel - vn * nrm
             x = ti.Vector([ti.math.clamp(x[0], rp, W - rp), ti.math.clamp(x[1], rp, H - rp)])
             self.x[b, p] = x
             self.v[b, p] = vel
@@ -624,8 +634,8 @@ class Flip2D:
             c = ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32)
             lo = ti.min(lo, c)
             hi = ti.max(hi, c)
-        self.box[b] = ti.Vector([ti.max(lo[0] - BOX_PAD, 0), ti.min(hi[0] + 1 + BOX_PAD, self.nx),
-                                 ti.max(lo[1] - BOX_PAD, 0), ti.min(hi[1] + 1 + BOX_PAD, self.ny)])
+        self.box[b] = ti.Vector([ti.max(lo[0] - self.pad, 0), ti.min(hi[0] + 1 + self.pad, self.nx),
+                                 ti.max(lo[1] - self.pad, 0), ti.min(hi[1] + 1 + self.pad, self.ny)])
 
     @ti.func
     def extrapolate_both(self, b):
@@ -637,8 +647,8 @@ class Flip2D:
     def substep(self, b, t, dt):
         self.set_frames(b, t)
         self.update_box(b)
-        self.update_solids(b)
         self.splat_density(b)
+        self.update_solids(b)
         self.particles_to_grid(b)
         self.extrapolate_both(b)
         i0, i1, j0, j1 = self.box[b]

@@ -39,7 +39,7 @@ from .geometry import Container
 from .world2d import World2D
 
 # Same constants as flip2d.py (duplicated so that importing this module never imports Taichi).
-EXTRAPOLATION_LAYERS = 2
+ADVECTION_CFL = 0.9
 BLOWUP_SPEED = 50.0
 MAX_SUBSTEPS = 400
 VISCOSITY_SKIP = 1e-3  # flip2d.body_forces: viscosity only if nu * dt > VISCOSITY_SKIP * dx^2
@@ -76,10 +76,10 @@ def splat(fx: np.ndarray, fy: np.ndarray, ni: int, nj: int, vals: np.ndarray | N
     return fsum, wsum
 
 
-def extrapolate(f: np.ndarray, valid: np.ndarray) -> None:
-    """Grow valid samples into the rest, EXTRAPOLATION_LAYERS layers (each the mean of its
-    valid 4-neighbours of earlier layers), then zero what is still invalid. In place."""
-    for layer in range(EXTRAPOLATION_LAYERS):
+def extrapolate(f: np.ndarray, valid: np.ndarray, layers: int) -> None:
+    """Grow valid samples into the rest, `layers` layers (each the mean of its valid
+    4-neighbours of earlier layers), then zero what is still invalid. In place."""
+    for layer in range(layers):
         src = (valid >= 1) & (valid <= layer + 1)
         fm = np.where(src, f, 0.0)
         acc, cnt = np.zeros_like(f), np.zeros(f.shape, np.int64)
@@ -117,6 +117,7 @@ class NumpyFlip2D:
         self.nx, self.ny, self.dx, self.P = nx, ny, dx, max_particles
         self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
         self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
+        self.layers = int(math.ceil(cfl)) + 1  # as the kernel: extrapolation reaches `cfl` cells
         self.r_particle = 0.25 * dx
         self.x = np.zeros((0, 2))
         self.v = np.zeros((0, 2))
@@ -162,8 +163,8 @@ class NumpyFlip2D:
             vel[ii, jj, 0] = bv[0] - bv[2] * (pts[:, 1] - frame[1])
             vel[ii, jj, 1] = bv[1] + bv[2] * (pts[:, 0] - frame[0])
         self.phi, self.vnode = phi, vel
-        # as the kernel: faces next to a cell centred inside a solid are closed
-        solid = (phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:]) < 0.0
+        # as the kernel: faces next to an empty cell centred inside a solid are closed
+        solid = ((phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:]) < 0.0) & (self.count == 0)
         closed_u = np.zeros((nx + 1, ny), bool)
         closed_u[:-1] |= solid
         closed_u[1:] |= solid
@@ -316,15 +317,23 @@ class NumpyFlip2D:
         v_pic = self.grid_velocity(x)
         v_old = np.stack([sample(self.u_old, x, dx, 0.0, 0.5), sample(self.w_old, x, dx, 0.5, 0.0)], -1)
         vel = self.flip_ratio * (self.v + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
-        mid = x + 0.5 * dt * v_pic
-        x = x + dt * self.grid_velocity(mid)
-        _, _, vs = self.solid_at(x)
-        phi, grad, _ = self.solid_at(x - dt * vs)
-        hit = phi < rp
-        nrm = grad[hit] / (np.linalg.norm(grad[hit], axis=1, keepdims=True) + 1e-12)
-        x[hit] += (rp - phi[hit])[:, None] * nrm
-        vn = np.einsum("ij,ij->i", vel[hit] - vs[hit], nrm)
-        vel[hit] -= np.minimum(vn, 0.0)[:, None] * nrm
+        # as the kernel: RK2 legs of at most ADVECTION_CFL cells, each with a push out of solids
+        legs = np.maximum(1, np.ceil(np.linalg.norm(v_pic, axis=1) * dt / (ADVECTION_CFL * dx))).astype(np.int64)
+        h = dt / legs
+        for leg in range(int(legs.max(initial=0))):
+            on = legs > leg
+            xo, ho = x[on], h[on][:, None]
+            mid = xo + 0.5 * ho * self.grid_velocity(xo)
+            xo = xo + ho * self.grid_velocity(mid)
+            _, _, vs = self.solid_at(xo)
+            phi, grad, _ = self.solid_at(xo - (leg + 1) * ho * vs)
+            hit = phi < rp
+            nrm = grad[hit] / (np.linalg.norm(grad[hit], axis=1, keepdims=True) + 1e-12)
+            xo[hit] += (rp - phi[hit])[:, None] * nrm
+            vo = vel[on]
+            vn = np.einsum("ij,ij->i", vo[hit] - vs[hit], nrm)
+            vo[hit] -= np.minimum(vn, 0.0)[:, None] * nrm
+            x[on], vel[on] = xo, vo
         x[:, 0] = np.clip(x[:, 0], rp, W - rp)
         x[:, 1] = np.clip(x[:, 1], rp, H - rp)
         self.x, self.v = x, vel
@@ -339,16 +348,16 @@ class NumpyFlip2D:
 
     # ------------------------------------------------------------------ step
     def substep(self, t: float, dt: float) -> int:
-        self.update_solids(t)
         self.splat_density(self.x)
+        self.update_solids(t)
         self.particles_to_grid()
-        extrapolate(self.u, self.valid_u)
-        extrapolate(self.w, self.valid_w)
+        extrapolate(self.u, self.valid_u, self.layers)
+        extrapolate(self.w, self.valid_w, self.layers)
         self.u_old, self.w_old = self.u.copy(), self.w.copy()
         self.body_forces(dt)
         iters = self.project(dt)
-        extrapolate(self.u, self.valid_u)
-        extrapolate(self.w, self.valid_w)
+        extrapolate(self.u, self.valid_u, self.layers)
+        extrapolate(self.w, self.valid_w, self.layers)
         self.grid_to_particles(dt)
         return iters
 

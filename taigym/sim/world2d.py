@@ -49,8 +49,9 @@ class World2D:
         seed: particle jitter seed; an int, or one per member.
         batch_size: number of independent scenes stepped by one launch.
         max_particles: particle capacity per member (default: what was added before build).
-        cfl: substep limit, grid cells travelled per substep (<= 1 keeps particles out of walls
-            at least two cells thick).
+        cfl: substep limit, grid cells the fastest liquid or solid point travels per substep,
+            in [0.001, 3]. Particles still move at most 0.9 cells between two pushes out of
+            solids, so walls two cells thick hold at any setting.
         flip_ratio: FLIP/PIC blend (1 = pure FLIP, noisy; 0 = PIC, viscous-looking).
         dt_max: longest substep, s.
         density_correction: fraction of a cell's compression undone per substep.
@@ -62,7 +63,7 @@ class World2D:
                  gravity: Sequence[float] = (0.0, -9.81), arch: str = "cpu",
                  seed: int | Sequence[int] = 0, batch_size: int = 1,
                  max_particles: int | None = None, cfl: float = 1.0, flip_ratio: float = 0.95,
-                 dt_max: float = 0.01, density_correction: float = 0.1,
+                 dt_max: float = 0.01, density_correction: float = 0.5,
                  settle_speed: float = 0.05):
         size = _finite_vector("size", size, 2)
         if np.any(size <= 0):
