@@ -126,3 +126,28 @@ def test_importing_taigym_does_not_initialise_taichi():
             "assert backend.active_arch() is None; "
             "from taichi.lang import impl; assert impl.get_runtime().prog is None")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_per_member_viscosity_reseed_and_body_swap():
+    world, cup = _scene(batch_size=2, seed=[1, 1])
+    world.set_viscosity(0.5, member=1)  # honey-like in member 1 only
+    with pytest.raises(ValueError, match="viscosity"):
+        world.set_viscosity(-0.1)
+    _run(world, cup, steps=3)
+    water, honey = world.velocities_all()
+    assert np.abs(honey).mean() < np.abs(water).mean(), "viscous liquid must flow slower"
+    assert np.array_equal(world.positions_all()[0], world.positions(0))
+    # an atomic shape + pose change: the new shape at the old pose would leave the domain
+    wide = sim.container("rect", width=0.2, height=0.05)
+    world.set_body(cup, wide, pose=(0.125, 0.06, 0.0), member=0)
+    with pytest.raises(ValueError, match="pose"):
+        world.set_body(cup, wide, pose=(0.05, 0.06, 0.0), member=1)
+    world.clear_liquid(member=0)
+    world.reseed(9, member=0)
+    with pytest.raises(ValueError, match="max_particles"):
+        world.fill_body(cup, 1.0, member=0)
+    a = (world.fill_body(cup, 0.3, member=0), world.positions(0))
+    world.clear_liquid(member=0)
+    world.reseed(9, member=0)
+    b = (world.fill_body(cup, 0.3, member=0), world.positions(0))
+    assert a[0] == b[0] and np.array_equal(a[1], b[1]), "reseed must replay the jitter"

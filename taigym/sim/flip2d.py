@@ -41,6 +41,7 @@ MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
 ADVECTION_CFL = 0.9        # cells a particle may travel between two pushes out of solids
 BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
+SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 
 # Columns of the packed per-scene diagnostics written at the end of advance().
@@ -143,12 +144,19 @@ class Flip2D:
             e = ti.abs(q) - self.half[b, k]
             d = ti.max(e, 0.0).norm() + ti.min(ti.max(e[0], e[1]), 0.0)
         else:
-            dmin = 1e9
+            # Only |d| < SDF_BAND matters to the solver (face fractions, push-out): segments
+            # whose box, grown by radius + band, misses q are skipped, and a point that misses
+            # them all is reported at the band's edge (free space).
+            reach = self.radius[b, k] + SDF_BAND * self.dx
+            dmin = reach
             for s in range(self.nchain[b, k] - 1):
                 a = self.chain[b, k, s]
-                ab = self.chain[b, k, s + 1] - a
-                h = ti.math.clamp((q - a).dot(ab) / ab.dot(ab), 0.0, 1.0)
-                dmin = ti.min(dmin, (q - a - h * ab).norm())
+                c = self.chain[b, k, s + 1]
+                if (q[0] > ti.min(a[0], c[0]) - reach and q[0] < ti.max(a[0], c[0]) + reach
+                        and q[1] > ti.min(a[1], c[1]) - reach and q[1] < ti.max(a[1], c[1]) + reach):
+                    ab = c - a
+                    h = ti.math.clamp((q - a).dot(ab) / ab.dot(ab), 0.0, 1.0)
+                    dmin = ti.min(dmin, (q - a - h * ab).norm())
             d = dmin - self.radius[b, k]
         return d
 
@@ -394,12 +402,12 @@ class Flip2D:
         # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
         # viscosity is far under the scheme's own numerical viscosity: skip the pass.
         if self.nu[b] * dt > 1e-3 * self.dx * self.dx:
-            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, 0, i0, i1 + 1, j0, j1)
-            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, 1, i0, i1, j0, j1 + 1)
+            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.valid_u, 0, i0, i1 + 1, j0, j1)
+            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, 1, i0, i1, j0, j1 + 1)
 
     @ti.func
     def viscosity(self, b, dt, f: ti.template(), tmp: ti.template(), wgt: ti.template(),
-                  fs: ti.template(), axis: ti.template(), i0, i1, j0, j1):
+                  fs: ti.template(), valid: ti.template(), axis: ti.template(), i0, i1, j0, j1):
         """Explicit u += dt nu lap(u) over faces [i0, i1) x [j0, j1): no-slip against solids,
         zero gradient into air."""
         c = dt * self.nu[b] / (self.dx * self.dx)
@@ -417,7 +425,7 @@ class Flip2D:
                     if i0 <= ii < i1 and j0 <= jj < j1:
                         if wgt[b, ii, jj] == 0.0:
                             nb = fs[b, ii, jj]
-                        else:
+                        elif valid[b, ii, jj] != 0:
                             nb = tmp[b, ii, jj]
                     lap += nb - centre
                 f[b, i, j] = centre + c * lap
@@ -649,8 +657,9 @@ class Flip2D:
         self.update_box(b)
         self.splat_density(b)
         self.update_solids(b)
+        # No extrapolation yet: every face a particle's stencil or the pressure update touches
+        # got weight from a particle (bilinear support reaches one cell).
         self.particles_to_grid(b)
-        self.extrapolate_both(b)
         i0, i1, j0, j1 = self.box[b]
         for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
             self.u_old[b, i, j] = self.u[b, i, j]

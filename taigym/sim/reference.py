@@ -209,18 +209,21 @@ class NumpyFlip2D:
             jd, jt = np.clip(np.arange(ny + 1) - 1, 0, ny - 1), np.clip(np.arange(ny + 1), 0, ny - 1)
             near_w = (cnt[:, jd] + cnt[:, jt]) > 0
             c = dt * self.nu / (self.dx * self.dx)
-            self.u = self._viscosity(self.u, self.wu, self.us, near_u, c)
-            self.w = self._viscosity(self.w, self.wv, self.ws, near_w, c)
+            self.u = self._viscosity(self.u, self.wu, self.us, self.valid_u, near_u, c)
+            self.w = self._viscosity(self.w, self.wv, self.ws, self.valid_w, near_w, c)
 
     @staticmethod
-    def _viscosity(f, wgt, fs, near, c):
-        """Explicit f += c lap(f): solid neighbours at the solid velocity, none past the edge."""
-        nb_val = np.where(wgt == 0.0, fs, f)
+    def _viscosity(f, wgt, fs, valid, near, c):
+        """Explicit f += c lap(f): solid neighbours at the solid velocity; air (not yet valid)
+        neighbours and none past the edge give zero gradient."""
+        solid = wgt == 0.0
+        nb_val = np.where(solid, fs, f)
+        known = solid | (valid != 0)
         lap = np.zeros_like(f)
-        lap[1:] += nb_val[:-1] - f[1:]
-        lap[:-1] += nb_val[1:] - f[:-1]
-        lap[:, 1:] += nb_val[:, :-1] - f[:, 1:]
-        lap[:, :-1] += nb_val[:, 1:] - f[:, :-1]
+        lap[1:] += np.where(known[:-1], nb_val[:-1] - f[1:], 0.0)
+        lap[:-1] += np.where(known[1:], nb_val[1:] - f[:-1], 0.0)
+        lap[:, 1:] += np.where(known[:, :-1], nb_val[:, :-1] - f[:, 1:], 0.0)
+        lap[:, :-1] += np.where(known[:, 1:], nb_val[:, 1:] - f[:, :-1], 0.0)
         return np.where((wgt > 0.0) & near, f + c * lap, f)
 
     # ------------------------------------------------------------------ pressure
@@ -350,9 +353,7 @@ class NumpyFlip2D:
     def substep(self, t: float, dt: float) -> int:
         self.splat_density(self.x)
         self.update_solids(t)
-        self.particles_to_grid()
-        extrapolate(self.u, self.valid_u, self.layers)
-        extrapolate(self.w, self.valid_w, self.layers)
+        self.particles_to_grid()  # as the kernel: no extrapolation before the forces
         self.u_old, self.w_old = self.u.copy(), self.w.copy()
         self.body_forces(dt)
         iters = self.project(dt)
@@ -429,7 +430,7 @@ class ReferenceWorld2D(World2D):
         if n > capacity:
             raise ValueError(f"max_particles={capacity} is below the {n} particles added")
         s = NumpyFlip2D(self.nx, self.ny, self.dx, capacity, **self._params)
-        s.nu = self.viscosity / self.density
+        s.nu = float(self._nu[0])
         s.gravity = self.gravity.copy()
         self._solver = s
         self._diag = np.zeros((1, N_DIAG))
@@ -454,9 +455,11 @@ class ReferenceWorld2D(World2D):
         self._read_diagnostics()
         self._area0 = self._diag[:, D_AREA].copy()
 
-    def _download_particles(self) -> None:
-        m = self._members[0]
-        m.x, m.v = self._solver.x.copy(), self._solver.v.copy()
+    def _upload_viscosity(self) -> None:
+        self._solver.nu = float(self._nu[0])
+
+    def _particle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._solver.x[None].copy(), self._solver.v[None].copy()
 
     def _read_diagnostics(self) -> None:
         self._diag = self._solver.diag[None].copy()
@@ -471,12 +474,4 @@ class ReferenceWorld2D(World2D):
         elif self._diag is not None:
             self._diag[0] = 0.0
 
-    def positions(self, member: int = 0) -> np.ndarray:
-        self._require_built()
-        self._members_of(member)
-        return self._solver.x.copy()
 
-    def velocities(self, member: int = 0) -> np.ndarray:
-        self._require_built()
-        self._members_of(member)
-        return self._solver.v.copy()

@@ -97,6 +97,7 @@ class World2D:
                             density_correction=float(density_correction),
                             settle_speed=float(settle_speed))
         self._members = [_Member() for _ in range(self.batch_size)]
+        self._nu = np.full(self.batch_size, self.viscosity / self.density)  # m^2/s, per member
         self._pose = np.zeros((self.batch_size, 0, 3))
         self._vel = np.zeros((self.batch_size, 0, 3))
         self._solver = None
@@ -125,6 +126,9 @@ class World2D:
         if self._solver is not None:
             self._download_particles()  # the host copy is stale once the solver has stepped
         m = self._members[b]
+        if self._solver is not None and len(m.x) + len(x) > self._solver.P:
+            raise ValueError(f"liquid needs {len(m.x) + len(x)} particles but max_particles="
+                             f"{self._solver.P}; pass a larger max_particles to World2D")
         x = x + self._jitter(b, len(x))
         m.x = np.concatenate([m.x, x])
         m.v = np.concatenate([m.v, v])
@@ -200,12 +204,44 @@ class World2D:
 
     def set_shape(self, handle: int, shape: Shape, *, member: int | None = None) -> None:
         """Replace a body's shape (e.g. a new task's container) in one or all members."""
+        self.set_body(handle, shape, member=member)
+
+    def set_body(self, handle: int, shape: Shape, pose=None, velocity=(0.0, 0.0, 0.0), *,
+                 member: int | None = None) -> None:
+        """Replace a body's shape and, if given, its pose and velocity at once (so that neither
+        the new shape at the old pose nor the old shape at the new pose is checked)."""
         self._check_handle(handle)
-        for b in self._members_of(member):
-            self._members[b].shapes[handle] = shape
-            self._check_shape(b, handle, shape)
+        idx = self._members_of(member)
+        old = ([self._members[b].shapes[handle] for b in idx], self._pose[idx, handle].copy(),
+               self._vel[idx, handle].copy())
+        try:
+            for b in idx:
+                self._members[b].shapes[handle] = shape
+            if pose is not None:
+                self._pose[idx, handle] = _finite_vector("pose", pose, 3)
+                self._vel[idx, handle] = _finite_vector("velocity", velocity, 3)
+            for b in idx:
+                self._check_shape(b, handle, shape)
+        except ValueError:
+            for b, prev in zip(idx, old[0]):
+                self._members[b].shapes[handle] = prev
+            self._pose[idx, handle], self._vel[idx, handle] = old[1], old[2]
+            raise
         if self._solver is not None:
             self._upload_bodies()
+
+    def set_viscosity(self, viscosity: float, *, member: int | None = None) -> None:
+        """Dynamic viscosity (Pa·s, in [0, 5]) of one member's liquid, or all members'."""
+        if not (isinstance(viscosity, (int, float, np.floating)) and 0.0 <= viscosity <= 5.0):
+            raise ValueError(f"viscosity must be in [0.0, 5.0] Pa·s, got {viscosity!r}")
+        self._nu[self._members_of(member)] = viscosity / self.density
+        if self._solver is not None:
+            self._upload_viscosity()
+
+    def reseed(self, seed: int, *, member: int | None = None) -> None:
+        """Restart the particle-jitter random stream of one member (or all) from ``seed``."""
+        for b in self._members_of(member):
+            self._rngs[b] = np.random.default_rng(int(seed))
 
     def fill_body(self, handle: int, fill: float, *, member: int | None = None,
                   liquid_follows: bool = False) -> int:
@@ -261,7 +297,7 @@ class World2D:
                               max(self._pose.shape[1], 1), MAX_CHAIN_POINTS, MAX_CHAIN_POINTS,
                               **self._params)
         s = self._solver
-        s.nu.from_numpy(np.full(self.batch_size, self.viscosity / self.density, np.float32))
+        self._upload_viscosity()
         s.gravity.from_numpy(np.tile(self.gravity, (self.batch_size, 1)).astype(np.float32))
         self._diag = np.zeros((self.batch_size, s.diagnostics.shape[1]))
         self._upload_bodies()
@@ -323,8 +359,15 @@ class World2D:
         self._read_diagnostics()
         self._area0 = self._diag[:, 6].copy()
 
+    def _upload_viscosity(self) -> None:
+        self._solver.nu.from_numpy(self._nu.astype(np.float32))
+
+    def _particle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(B, capacity, 2) positions and velocities as the solver has them."""
+        return self._solver.x.to_numpy(), self._solver.v.to_numpy()
+
     def _download_particles(self) -> None:
-        x, v = self._solver.x.to_numpy(), self._solver.v.to_numpy()
+        x, v = self._particle_arrays()
         for b, m in enumerate(self._members):
             n = len(m.x)
             m.x, m.v = x[b, :n].astype(np.float64), v[b, :n].astype(np.float64)
@@ -378,15 +421,23 @@ class World2D:
 
     def positions(self, member: int = 0) -> np.ndarray:
         """(N, 2) particle positions of a member, m."""
-        self._require_built()
-        b = self._members_of(member)[0]
-        return self._solver.x.to_numpy()[b, :len(self._members[b].x)].astype(np.float64)
+        return self.positions_all()[self._members_of(member)[0]]
 
     def velocities(self, member: int = 0) -> np.ndarray:
         """(N, 2) particle velocities of a member, m/s."""
+        return self.velocities_all()[self._members_of(member)[0]]
+
+    def positions_all(self) -> list[np.ndarray]:
+        """Every member's (N_b, 2) positions, with one device read."""
         self._require_built()
-        b = self._members_of(member)[0]
-        return self._solver.v.to_numpy()[b, :len(self._members[b].x)].astype(np.float64)
+        x = self._particle_arrays()[0]
+        return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
+
+    def velocities_all(self) -> list[np.ndarray]:
+        """Every member's (N_b, 2) velocities, with one device read."""
+        self._require_built()
+        v = self._particle_arrays()[1]
+        return [v[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
 
     def particle_count(self, member: int = 0) -> int:
         return len(self._members[self._members_of(member)[0]].x)
