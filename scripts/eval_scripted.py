@@ -19,7 +19,6 @@ os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 import gymnasium as gym  # noqa: E402
 
 import taigym.agents as agents  # noqa: E402
-import taigym.envs  # noqa: E402,F401
 from taigym.envs import tasks  # noqa: E402
 
 

@@ -5,6 +5,7 @@ import os
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")  # offline runs can segfault at exit otherwise
 
 from . import sim  # noqa: E402
+from . import agents, envs  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["sim"]
+__all__ = ["agents", "envs", "sim"]

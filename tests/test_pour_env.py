@@ -11,7 +11,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import taigym.agents
-import taigym.envs  # noqa: F401  (registers the ids)
 from taigym.envs import tasks
 from taigym.envs.pour import ACTION_SCALE, PourEnv
 from taigym.envs.pour_tasks import DOMAIN, PourTask, fingerprint, reflect, sample_task
@@ -52,7 +51,7 @@ def rollout(e, seed, actions, task=None):
 
 # ---------------------------------------------------------------------- registration, args
 def test_registration_does_not_initialise_taichi():
-    code = ("import sys, gymnasium as gym, taigym.envs; "
+    code = ("import sys, gymnasium as gym, taigym; "
             "e = gym.make('taigym/Pour-v0'); "
             "assert 'taichi' not in sys.modules, 'taichi imported'; "
             "print(gym.spec('taigym/Pour-v0').vector_entry_point)")
@@ -72,11 +71,22 @@ def test_registration_does_not_initialise_taichi():
     (dict(n_particles=0), "n_particles"), (dict(heightfield_bins=1), "heightfield_bins"),
     (dict(image_size=(4, 4)), "image_size"), (dict(spill_penalty=-1), "spill_penalty"),
     (dict(task_split="test"), "task_split"), (dict(arch="tpu"), "arch"), (dict(colour="red"), "colour"),
+    (dict(fidelity="simplified"), "fidelity"), (dict(task_split="eval", fill=0.5), "task_split"),
 ])
 @pytest.mark.filterwarnings("ignore:.*render_mode")
 def test_invalid_arguments_raise_value_error_naming_them(kw, name):
     with pytest.raises(ValueError, match=name):
         gym.make("taigym/Pour-v0", **kw)
+
+
+def test_too_small_capacity_fails_at_reset_naming_max_particles():
+    e = make(max_particles=10)
+    try:
+        with pytest.raises(ValueError, match="max_particles"):
+            e.reset(seed=0)
+        assert e.unwrapped.world is None  # checked before a solver is built
+    finally:
+        e.close()
 
 
 # ---------------------------------------------------------------------- tasks
@@ -193,6 +203,12 @@ def test_given_task_runs_exactly_and_kwargs_fix_variables(env):
             task = e.unwrapped.task
             assert task.fill == 0.35 and task.source_container == "frustum"
             assert task.target_velocity == (0.0, 0.0) and task.liquid_velocity == "zero"
+    finally:
+        e.close()
+    e = make(task_split="eval")
+    try:
+        e.reset(seed=0)
+        assert e.unwrapped.task in tasks("pour", "eval")
     finally:
         e.close()
 
