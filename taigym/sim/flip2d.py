@@ -32,6 +32,8 @@ Units: SI throughout (m, s, m/s). Pressure is solved as ``p * dt / rho`` (m^2/s)
 import numpy as np
 import taichi as ti
 
+from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
+                          D_TIME, D_UNSTABLE, N_DIAG)
 from .geometry import KIND_BOX
 
 # Tolerances and limits (dimensionless unless stated).
@@ -44,9 +46,6 @@ BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 
-# Columns of the packed per-scene diagnostics written at the end of advance().
-D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
-N_DIAG = 8
 
 
 @ti.data_oriented
@@ -67,7 +66,6 @@ class Flip2D:
         self.layers = int(np.ceil(cfl)) + 1          # extrapolation layers
         self.pad = self.layers + 2                   # active-box padding, cells
         B, P, K, C = batch, max_particles, max_bodies, nx * ny
-        v2 = ti.types.vector(2, ti.f32)
 
         # particles
         self.x = ti.Vector.field(2, ti.f32, shape=(B, P))
@@ -126,7 +124,6 @@ class Flip2D:
         self.diagnostics = ti.field(ti.f32, shape=(B, N_DIAG))
         self.in_body = ti.field(ti.i32, shape=(B, K))
         self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
-        self._v2 = v2
 
     # ------------------------------------------------------------------ bodies
     @ti.func
@@ -433,7 +430,7 @@ class Flip2D:
     # ------------------------------------------------------------------ pressure
     @ti.func
     def build_pressure_system(self, b, dt):
-        nx, ny, dx = self.nx, self.ny, self.dx
+        ny, dx = self.ny, self.dx
         # Liquid cells: those holding particles and not sealed off by solids.
         m = 0
         i0, i1, j0, j1 = self.box[b]
@@ -555,7 +552,7 @@ class Flip2D:
 
     @ti.func
     def project(self, b, dt):
-        nx, ny, dx = self.nx, self.ny, self.dx
+        dx = self.dx
         m = self.build_pressure_system(b, dt)
         iters = self.solve_pressure(b, m)
         i0, i1, j0, j1 = self.box[b]
@@ -753,6 +750,3 @@ def open_fraction(phi_a, phi_b):
         f = phi_b / (phi_b - phi_a)
     return f
 
-
-def numpy_dtype():
-    return np.float32

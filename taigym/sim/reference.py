@@ -35,6 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
+                          D_TIME, D_UNSTABLE, N_DIAG)
 from .geometry import Container
 from .world2d import World2D
 
@@ -43,8 +45,6 @@ ADVECTION_CFL = 0.9
 BLOWUP_SPEED = 50.0
 MAX_SUBSTEPS = 400
 VISCOSITY_SKIP = 1e-3  # flip2d.body_forces: viscosity only if nu * dt > VISCOSITY_SKIP * dx^2
-D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
-N_DIAG = 8
 
 
 def open_fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:

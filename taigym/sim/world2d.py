@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backend
+from .diagnostics import D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE
 from .geometry import KIND_BOX, Box, Container
 
 Shape = Box | Container
@@ -357,7 +358,7 @@ class World2D:
         s.n.from_numpy(counts)
         s.measure_all()
         self._read_diagnostics()
-        self._area0 = self._diag[:, 6].copy()
+        self._area0 = self._diag[:, D_AREA].copy()
 
     def _upload_viscosity(self) -> None:
         self._solver.nu.from_numpy(self._nu.astype(np.float32))
@@ -411,7 +412,7 @@ class World2D:
         self._require_built()
         self._solver.advance(float(dt), VISCOUS_DT_LIMIT)
         self._read_diagnostics()
-        ok = self._diag[:, 0] == 0
+        ok = self._diag[:, D_UNSTABLE] == 0
         self._pose[ok] += self._vel[ok] * dt
 
     # ------------------------------------------------------------------ read-out
@@ -453,7 +454,7 @@ class World2D:
         n = max(self.particle_count(b), 1)
         return {"in": {h: self._in_body[b, h] / n for h, s in enumerate(self._members[b].shapes)
                        if isinstance(s, Container)},
-                "in_flight": self._diag[b, 4] / n, "spilled": self._diag[b, 5] / n}
+                "in_flight": self._diag[b, D_IN_FLIGHT] / n, "spilled": self._diag[b, D_SPILLED] / n}
 
     def diagnostics(self, member: int = 0) -> dict:
         """Fractions plus: ``area`` (m^2, from the particle number density), ``area_drift``
@@ -464,15 +465,16 @@ class World2D:
         d = self._diag[b]
         out = self.fractions(b)
         area0 = self._area0[b]
-        out.update(area=d[6], area_drift=(d[6] / area0 - 1.0) if area0 > 0 else 0.0,
-                   max_cfl=d[1], substeps=int(d[2]), pressure_iterations=int(d[3]),
-                   time=d[7], unstable=bool(d[0]))
+        out.update(area=d[D_AREA], area_drift=(d[D_AREA] / area0 - 1.0) if area0 > 0 else 0.0,
+                   max_cfl=d[D_MAX_CFL], substeps=int(d[D_SUBSTEPS]),
+                   pressure_iterations=int(d[D_PCG_ITERS]), time=d[D_TIME],
+                   unstable=bool(d[D_UNSTABLE]))
         return out
 
     @property
     def unstable(self) -> bool:
         """True once any member has blown up (its state is left as it was, for inspection)."""
-        return bool(self._diag is not None and self._diag[:, 0].any())
+        return bool(self._diag is not None and self._diag[:, D_UNSTABLE].any())
 
     def unstable_members(self) -> np.ndarray:
-        return np.zeros(self.batch_size, bool) if self._diag is None else self._diag[:, 0] != 0
+        return np.zeros(self.batch_size, bool) if self._diag is None else self._diag[:, D_UNSTABLE] != 0
