@@ -4,7 +4,7 @@ raw solver step.
 The scripted agent pours each of the first ``--tasks`` eval tasks once at B = 1, recording its
 actions and S's and T's poses; the timed runs replay those actions (B = 1: one env; B = 8: the
 vector env with the same task in every member). The raw-solver figure replays the same poses
-straight into ``World2D.set_pose`` / ``advance`` from the same initial state, so both do the
+straight into ``World2D.set_poses`` / ``advance`` from the same initial state, so both do the
 same physics; the overhead is env time / raw time - 1 (particle read-out, clipping, reward,
 features, observation, info). Ends with one JSON line.
 
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 import taigym.agents as agents  # noqa: E402
 from taigym.envs import tasks  # noqa: E402
-from taigym.envs.pour import CONTROL_DT, SOURCE, TARGET  # noqa: E402
+from taigym.envs.pour import CONTROL_DT  # noqa: E402
 
 
 def record(env, task, seed):
@@ -54,19 +54,18 @@ def time_env(env, task, seed, actions, batch):
 
 def time_raw(env, task, seed, poses, batch):
     """Replay the recorded poses into the env's own world (same initial state): the raw solver
-    step is two ``set_pose`` calls and one ``advance``."""
+    step is one ``set_poses`` call (both bodies, every member) and one ``advance``."""
     env.reset(seed=seed, options={"task": task if batch == 1 else [task] * batch})
     world = env.unwrapped.world
     args = []
     for (s0, t0), (s1, t1) in zip(poses[:-1], poses[1:]):
         sv, tv = (s1 - s0) / CONTROL_DT, (t1 - t0) / CONTROL_DT
-        if batch > 1:
-            s0, sv, t0, tv = (np.tile(v, (batch, 1)) for v in (s0, sv, t0, tv))
-        args.append((s0, sv, t0, tv))
+        pose = np.tile(np.stack([s0, t0]), (batch, 1, 1))
+        vel = np.tile(np.stack([sv, tv]), (batch, 1, 1))
+        args.append((pose, vel))
     start = time.perf_counter()
-    for s0, sv, t0, tv in args:
-        world.set_pose(SOURCE, s0, sv)
-        world.set_pose(TARGET, t0, tv)
+    for pose, vel in args:
+        world.set_poses(pose, vel)
         world.advance(CONTROL_DT)
     return time.perf_counter() - start
 

@@ -151,3 +151,19 @@ def test_per_member_viscosity_reseed_and_body_swap():
     world.reseed(9, member=0)
     b = (world.fill_body(cup, 0.3, member=0), world.positions(0))
     assert a[0] == b[0] and np.array_equal(a[1], b[1]), "reseed must replay the jitter"
+
+
+def test_set_poses_moves_every_body_at_once_and_checks_the_domain():
+    world, cup = _scene(batch_size=2, seed=[1, 2])
+    poses = np.array([[[0.08, 0.06, 0.2], [0.2, 0.025, 0.0]]] * 2)
+    vels = np.zeros_like(poses)
+    vels[1, 0, 2] = 0.5
+    world.set_poses(poses, vels)
+    assert np.allclose(world.pose(cup, member=0), [0.08, 0.06, 0.2])
+    bad = poses.copy()
+    bad[1, 0, 0] = -1.0  # a container outside the domain
+    with pytest.raises(ValueError, match="pose"):
+        world.set_poses(bad, vels)
+    assert np.allclose(world.pose(cup, member=1), [0.08, 0.06, 0.2]), "a refused update changes nothing"
+    with pytest.raises(ValueError, match="poses"):
+        world.set_poses(poses[:, :1], vels)

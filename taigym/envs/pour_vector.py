@@ -112,7 +112,31 @@ class PourVectorEnv(VectorEnv):
             {k: v.copy() for k, v in self._obs_buf.items()}
 
     def _infos(self) -> dict:
-        infos: dict = {}
+        """What ``_add_info`` over the members gives, built one key at a time for all members
+        (every member's info has the same keys and value types)."""
+        members = self._batch.members
+        first = members[0].info
+        B = self.num_envs
+        if all(m.info.keys() == first.keys() for m in members):
+            infos: dict = {}
+            for key, v0 in first.items():
+                if key == "final_obs" or isinstance(v0, dict):
+                    break
+                vals = [m.info[key] for m in members]
+                if type(v0) in (int, float, bool) or issubclass(type(v0), np.number):
+                    arr = np.array(vals, dtype=type(v0))
+                elif isinstance(v0, np.ndarray):
+                    arr = np.zeros((B, *v0.shape), dtype=v0.dtype)
+                    for b, v in enumerate(vals):
+                        arr[b] = v
+                else:
+                    arr = np.full(B, fill_value=None, dtype=object)
+                    for b, v in enumerate(vals):
+                        arr[b] = v
+                infos[key], infos[f"_{key}"] = arr, np.ones(B, dtype=np.bool_)
+            else:
+                return infos
+        infos = {}
         for b in range(self.num_envs):
             infos = self._add_info(infos, dict(self._batch.members[b].info), b)
         return infos

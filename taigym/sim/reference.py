@@ -458,8 +458,8 @@ class ReferenceWorld2D(World2D):
     def _upload_viscosity(self) -> None:
         self._solver.nu = float(self._nu[0])
 
-    def _particle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._solver.x[None].copy(), self._solver.v[None].copy()
+    def _particle_array(self, name: str) -> np.ndarray:
+        return getattr(self._solver, name)[None].copy()
 
     def _read_diagnostics(self) -> None:
         self._diag = self._solver.diag[None].copy()

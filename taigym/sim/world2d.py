@@ -363,12 +363,12 @@ class World2D:
     def _upload_viscosity(self) -> None:
         self._solver.nu.from_numpy(self._nu.astype(np.float32))
 
-    def _particle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(B, capacity, 2) positions and velocities as the solver has them."""
-        return self._solver.x.to_numpy(), self._solver.v.to_numpy()
+    def _particle_array(self, name: str) -> np.ndarray:
+        """(B, capacity, 2) positions ("x") or velocities ("v") as the solver has them."""
+        return getattr(self._solver, name).to_numpy()
 
     def _download_particles(self) -> None:
-        x, v = self._particle_arrays()
+        x, v = self._particle_array("x"), self._particle_array("v")
         for b, m in enumerate(self._members):
             n = len(m.x)
             m.x, m.v = x[b, :n].astype(np.float64), v[b, :n].astype(np.float64)
@@ -405,6 +405,29 @@ class World2D:
         if self._solver is not None:
             self._upload_poses()
 
+    def set_poses(self, poses, velocities) -> None:
+        """Set every body's pose and velocity in every member at once (one upload):
+        arrays of shape (batch_size, n_bodies, 3), as :meth:`set_pose` takes per body."""
+        shape = self._pose.shape
+        new = []
+        for name, val in (("poses", poses), ("velocities", velocities)):
+            a = np.asarray(val, dtype=np.float64)
+            if a.shape != shape or not np.all(np.isfinite(a)):
+                raise ValueError(f"{name} must be finite with shape {shape}, got {a.shape}")
+            new.append(a)
+        old = self._pose.copy(), self._vel.copy()
+        self._pose[:], self._vel[:] = new
+        try:
+            for b, m in enumerate(self._members):
+                for handle, shape_ in enumerate(m.shapes):
+                    if isinstance(shape_, Container):
+                        self._check_shape(b, handle, shape_)
+        except ValueError:
+            self._pose[:], self._vel[:] = old
+            raise
+        if self._solver is not None:
+            self._upload_poses()
+
     def advance(self, dt: float) -> None:
         """Advance every member by ``dt`` simulated seconds (one kernel launch)."""
         if not (isinstance(dt, (int, float, np.floating)) and math.isfinite(dt) and 0 < dt <= 1.0):
@@ -431,13 +454,13 @@ class World2D:
     def positions_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) positions, with one device read."""
         self._require_built()
-        x = self._particle_arrays()[0]
+        x = self._particle_array("x")
         return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
 
     def velocities_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) velocities, with one device read."""
         self._require_built()
-        v = self._particle_arrays()[1]
+        v = self._particle_array("v")
         return [v[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
 
     def particle_count(self, member: int = 0) -> int:
