@@ -44,6 +44,7 @@ MIC_SIGMA = 0.25
 ADVECTION_CFL = 0.9        # cells a particle may travel between two pushes out of solids
 BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
+PARALLEL_LANES = 4096      # see advance()
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 
 
@@ -701,9 +702,10 @@ class Flip2D:
     @ti.kernel
     def advance(self, interval: ti.f32, visc_dt_limit: ti.f32):
         """Advance every scene by `interval` seconds (one launch). Body poses advance too."""
-        ti.loop_config(block_dim=1)
-        for b in range(self.B):
-            if self.diagnostics[b, D_UNSTABLE] == 0.0:
+        # Taichi's CPU backend runs a range-for of a few iterations on one thread; spread over
+        # (scene, lane) pairs and working on lane 0 only, the scenes are shared among threads.
+        for b, lane in ti.ndrange(self.B, PARALLEL_LANES):
+            if lane == 0 and self.diagnostics[b, D_UNSTABLE] == 0.0:
                 t, n_sub, max_cfl, max_iters = 0.0, 0, 0.0, 0
                 while t < interval * (1.0 - 1e-6):
                     speed = ti.max(self.max_speed(b), self.max_body_speed(b))
@@ -731,6 +733,22 @@ class Flip2D:
                 self.diagnostics[b, D_MAX_CFL] = max_cfl
                 self.diagnostics[b, D_SUBSTEPS] = n_sub
                 self.diagnostics[b, D_PCG_ITERS] = max_iters
+
+    @ti.kernel
+    def set_body_state(self, state: ti.types.ndarray(dtype=ti.f32, ndim=3)):
+        """Poses (x, y, theta) and velocities (vx, vy, omega) of every body: (B, K, 6)."""
+        for b, k in ti.ndrange(self.B, self.K):
+            self.pose[b, k] = ti.Vector([state[b, k, 0], state[b, k, 1], state[b, k, 2]])
+            self.body_vel[b, k] = ti.Vector([state[b, k, 3], state[b, k, 4], state[b, k, 5]])
+
+    @ti.kernel
+    def read_diagnostics(self, out: ti.types.ndarray(dtype=ti.f32, ndim=2)):
+        """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K)."""
+        for b in range(self.B):
+            for d in range(N_DIAG):
+                out[b, d] = self.diagnostics[b, d]
+            for k in range(self.K):
+                out[b, N_DIAG + k] = self.in_body[b, k]
 
     @ti.kernel
     def measure_all(self):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backend
-from .diagnostics import D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE
+from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
+                          D_TIME, D_UNSTABLE, N_DIAG)
 from .geometry import KIND_BOX, Box, Container
 
 Shape = Box | Container
@@ -335,13 +336,12 @@ class World2D:
         self._upload_poses()
 
     def _upload_poses(self) -> None:
-        K = max(self._pose.shape[1], 1)
-        pose = np.zeros((self.batch_size, K, 3), np.float32)
-        vel = np.zeros((self.batch_size, K, 3), np.float32)
-        pose[:, :self._pose.shape[1]] = self._pose
-        vel[:, :self._vel.shape[1]] = self._vel
-        self._solver.pose.from_numpy(pose)
-        self._solver.body_vel.from_numpy(vel)
+        # one launch for poses and velocities: at a few hundred particles a launch costs as much
+        # as a tenth of the step
+        state = np.zeros((self.batch_size, max(self._pose.shape[1], 1), 6), np.float32)
+        state[:, :self._pose.shape[1], :3] = self._pose
+        state[:, :self._vel.shape[1], 3:] = self._vel
+        self._solver.set_body_state(state)
 
     def _upload_particles(self) -> None:
         s = self._solver
@@ -374,8 +374,10 @@ class World2D:
             m.x, m.v = x[b, :n].astype(np.float64), v[b, :n].astype(np.float64)
 
     def _read_diagnostics(self) -> None:
-        self._diag = self._solver.diagnostics.to_numpy().astype(np.float64)
-        self._in_body = self._solver.in_body.to_numpy()
+        out = np.zeros((self.batch_size, N_DIAG + self._solver.K), np.float32)
+        self._solver.read_diagnostics(out)  # one launch for both
+        self._diag = out[:, :N_DIAG].astype(np.float64)
+        self._in_body = out[:, N_DIAG:].round().astype(np.int64)
 
     def _require_built(self) -> None:
         if self._solver is None:
