@@ -483,25 +483,34 @@ class Flip2D:
         return m
 
     @ti.func
+    def forward_sweep(self, b, c):
+        """MIC(0) forward substitution at cell c (cells in list order): q = L^-1 r."""
+        t = self.r[b, c]
+        l, d = self.nbr[b, c][0], self.nbr[b, c][2]
+        if l >= 0:
+            t += self.coef[b, c][0] * self.precon[b, l] * self.q[b, l]
+        if d >= 0:
+            t += self.coef[b, c][2] * self.precon[b, d] * self.q[b, d]
+        self.q[b, c] = t * self.precon[b, c]
+
+    @ti.func
+    def backward_sweep(self, b, c):
+        """MIC(0) back substitution at cell c (cells in reverse order): z = L^-T q."""
+        t = self.q[b, c]
+        rr, up = self.nbr[b, c][1], self.nbr[b, c][3]
+        if rr >= 0:
+            t += self.coef[b, c][1] * self.precon[b, c] * self.z[b, rr]
+        if up >= 0:
+            t += self.coef[b, c][3] * self.precon[b, c] * self.z[b, up]
+        self.z[b, c] = t * self.precon[b, c]
+
+    @ti.func
     def apply_preconditioner(self, b, m):
         """z = M^-1 r by the two triangular sweeps of MIC(0)."""
         for c in range(m):
-            t = self.r[b, c]
-            l, d = self.nbr[b, c][0], self.nbr[b, c][2]
-            if l >= 0:
-                t += self.coef[b, c][0] * self.precon[b, l] * self.q[b, l]
-            if d >= 0:
-                t += self.coef[b, c][2] * self.precon[b, d] * self.q[b, d]
-            self.q[b, c] = t * self.precon[b, c]
+            self.forward_sweep(b, c)
         for cc in range(m):
-            c = m - 1 - cc
-            t = self.q[b, c]
-            rr, up = self.nbr[b, c][1], self.nbr[b, c][3]
-            if rr >= 0:
-                t += self.coef[b, c][1] * self.precon[b, c] * self.z[b, rr]
-            if up >= 0:
-                t += self.coef[b, c][3] * self.precon[b, c] * self.z[b, up]
-            self.z[b, c] = t * self.precon[b, c]
+            self.backward_sweep(b, m - 1 - cc)
 
     @ti.func
     def solve_pressure(self, b, m):
@@ -529,16 +538,20 @@ class Flip2D:
                     self.q[b, c] = acc
                     sq += ti.cast(acc * self.s[b, c], ti.f64)
                 alpha = ti.cast(sigma / sq, ti.f32) if sq != 0.0 else 0.0
+                # one pass: update p and r, and run the preconditioner's forward sweep on the
+                # fresh r (it reads q only of earlier cells, already overwritten by the sweep)
                 rmax = 0.0
                 for c in range(m):
                     self.p[b, c] = self.p[b, c] + (alpha * self.s[b, c])
                     self.r[b, c] = self.r[b, c] - (alpha * self.q[b, c])
                     rmax = ti.max(rmax, ti.abs(self.r[b, c]))
+                    self.forward_sweep(b, c)
                 if rmax <= tol:
                     break
-                self.apply_preconditioner(b, m)
                 sigma_new = ti.cast(0.0, ti.f64)
-                for c in range(m):
+                for cc in range(m):  # backward sweep and z.r in one pass
+                    c = m - 1 - cc
+                    self.backward_sweep(b, c)
                     sigma_new += ti.cast(self.z[b, c] * self.r[b, c], ti.f64)
                 beta = ti.cast(sigma_new / sigma, ti.f32)
                 sigma = sigma_new
