@@ -167,3 +167,13 @@ def test_set_poses_moves_every_body_at_once_and_checks_the_domain():
     assert np.allclose(world.pose(cup, member=1), [0.08, 0.06, 0.2]), "a refused update changes nothing"
     with pytest.raises(ValueError, match="poses"):
         world.set_poses(poses[:, :1], vels)
+
+
+def test_refilling_one_member_keeps_the_others_area_baseline():
+    world, cup = _scene(batch_size=2, seed=[1, 2])
+    _run(world, cup, steps=2)
+    drift = world.diagnostics(1)["area_drift"]
+    world.clear_liquid(member=0)
+    world.fill_body(cup, 0.3, member=0)
+    assert world.diagnostics(0)["area_drift"] == 0.0
+    assert world.diagnostics(1)["area_drift"] == pytest.approx(drift, abs=1e-6)

@@ -446,7 +446,7 @@ class ReferenceWorld2D(World2D):
         self._solver.pose = self._pose[0].copy()
         self._solver.body_vel = self._vel[0].copy()
 
-    def _upload_particles(self) -> None:
+    def _upload_particles(self, changed: list[int] | None = None) -> None:
         s, m = self._solver, self._members[0]
         if len(m.x) > s.P:
             raise ValueError(f"liquid needs {len(m.x)} particles but max_particles={s.P}")

@@ -135,7 +135,7 @@ class World2D:
         m.x = np.concatenate([m.x, x])
         m.v = np.concatenate([m.v, v])
         if self._solver is not None:
-            self._upload_particles()
+            self._upload_particles([b])
 
     def add_liquid_rect(self, x0: float, y0: float, x1: float, y1: float, *,
                         velocity: Sequence[float] = (0.0, 0.0), member: int | None = None) -> int:
@@ -277,7 +277,7 @@ class World2D:
                 self._diag[b] = 0.0
         if self._solver is not None:
             self._solver.diagnostics.from_numpy(self._diag.astype(np.float32))
-            self._upload_particles()
+            self._upload_particles(self._members_of(member))
 
     def _check_handle(self, handle: int) -> None:
         if not (0 <= handle < self._pose.shape[1]):
@@ -343,7 +343,9 @@ class World2D:
         state[:, :self._vel.shape[1], 3:] = self._vel
         self._solver.set_body_state(state)
 
-    def _upload_particles(self) -> None:
+    def _upload_particles(self, changed: list[int] | None = None) -> None:
+        """Upload every member's liquid; the area-drift baseline restarts for `changed` (all if
+        None), the members whose liquid was just set."""
         s = self._solver
         counts = np.array([len(m.x) for m in self._members], np.int32)
         if counts.max() > s.P:
@@ -358,7 +360,8 @@ class World2D:
         s.n.from_numpy(counts)
         s.measure_all()
         self._read_diagnostics()
-        self._area0 = self._diag[:, D_AREA].copy()
+        idx = slice(None) if changed is None else changed
+        self._area0[idx] = self._diag[idx, D_AREA]
 
     def _upload_viscosity(self) -> None:
         self._solver.nu.from_numpy(self._nu.astype(np.float32))
