@@ -347,14 +347,18 @@ class _Walls:
         self.ab = w[1:] - w[:-1]
         self.inv = 1.0 / np.maximum(np.einsum("ij,ij->i", self.ab, self.ab), 1e-300)
         self.radius = shape.radius
+        # per-axis copies (contiguous) for min_distance
+        self.ax, self.ay = self.a[:, 0].copy(), self.a[:, 1].copy()
+        self.abx, self.aby = self.ab[:, 0].copy(), self.ab[:, 1].copy()
 
     def min_distance(self, pts: np.ndarray) -> float:
         """Smallest distance (m) from points (N, 2), body frame, to the wall solid (< 0 inside)."""
-        ap = pts[:, None, :] - self.a[None]
-        t = np.minimum(np.maximum((ap[..., 0] * self.ab[:, 0] + ap[..., 1] * self.ab[:, 1]) * self.inv,
-                                  0.0), 1.0)
-        dx = ap[..., 0] - t * self.ab[:, 0]
-        dy = ap[..., 1] - t * self.ab[:, 1]
+        apx = pts[:, 0:1] - self.ax                           # (N, segments)
+        apy = pts[:, 1:2] - self.ay
+        abx, aby = self.abx, self.aby
+        t = np.minimum(np.maximum((apx * abx + apy * aby) * self.inv, 0.0), 1.0)
+        dx = apx - t * abx
+        dy = apy - t * aby
         return math.sqrt(float((dx * dx + dy * dy).min())) - self.radius
 
 
@@ -455,6 +459,7 @@ class _Member:
         self.spilled = 0.0
         self.hist = None
         self.state_buf = None          # state vector; its per-task part is filled at reset
+        self.obs_buf = None            # state vector + history (features, lip obs), same
         self.max_tilt = 0.0
         self.info: dict = {}
         self.unstable = False
@@ -475,6 +480,9 @@ class PourBatch:
         self.members = [_Member() for _ in range(self.B)]
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
+        if cfg.obs_mode in ("features", "lip"):
+            self.obs_lo = self.obs_space.low.astype(np.float64)
+            self.obs_hi = self.obs_space.high.astype(np.float64)
 
     # ------------------------------------------------------------------ world
     def _ensure_world(self, task: PourTask) -> None:
@@ -558,27 +566,33 @@ class PourBatch:
             np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
             [0.0],  # time, filled in per step
             _shape_features(source), [m.max_tilt], _shape_features(target)])
+        m.obs_buf = np.concatenate([m.state_buf, np.zeros(HISTORY * len(self._frame(m, x[:0])))])
         m.in_t = m.t_region.inside(to_local(x, m.t_pose))
         loc_s = to_local(x, m.s_pose)
-        fr = self._fractions(m, x, m.s_region.inside(loc_s), np.zeros(len(x)))
+        fr = self._fractions(m, x, m.s_region.inside(loc_s), x)
         m.spilled = fr["spilled"]
         m.hist = np.repeat(self._frame(m, loc_s)[None], HISTORY, axis=0)
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
 
     # ------------------------------------------------------------------ geometry
-    def _fractions(self, m: _Member, x: np.ndarray, in_s: np.ndarray, speed2: np.ndarray) -> dict:
+    def _fractions(self, m: _Member, x: np.ndarray, in_s: np.ndarray, prev_x: np.ndarray) -> dict:
         """Fractions of the liquid in S, in T, in flight and spilled.
 
         Liquid outside both containers is spilled if it is slow (moved less than 5 cm/s over
-        the last step) or below the level of T's opening (it can no longer reach T, e.g.
-        sliding on the floor), else in flight.
+        the last step, from ``prev_x`` to ``x``) or below the level of T's opening (it can no
+        longer reach T, e.g. sliding on the floor), else in flight.
         """
         n = max(m.n, 1)
-        out = ~in_s & ~m.in_t
-        rim = m.t_pose[1] + m.t_oc[1]
-        spilled = out & ((speed2 < SETTLE_SPEED ** 2) | (x[:, 1] < rim))
-        n_s, n_t, n_sp = (int(np.count_nonzero(a)) for a in (in_s, m.in_t, spilled))
+        out = ~(in_s | m.in_t)
+        n_s, n_t = int(np.count_nonzero(in_s)), int(np.count_nonzero(m.in_t))
+        if not out.any():             # no liquid outside both containers: nothing to classify
+            n_sp = 0
+        else:
+            d = x - prev_x
+            speed2 = np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2
+            rim = m.t_pose[1] + m.t_oc[1]
+            n_sp = int(np.count_nonzero(out & ((speed2 < SETTLE_SPEED ** 2) | (x[:, 1] < rim))))
         return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
                 "in_flight": (m.n - n_s - n_t - n_sp) / n}
 
@@ -665,18 +679,23 @@ class PourBatch:
                 out[i] = y[near].max()
         return out
 
-    def _state(self, m: _Member) -> np.ndarray:
-        st = m.state_buf
-        x, y, th = m.s_pose
+    def _fill_state(self, m: _Member, st: np.ndarray) -> None:
+        """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped)."""
+        x, y, th = m.s_pose.tolist()
         ox, oy = m.s_oc
+        tx, ty = m.t_pose[0], m.t_pose[1]
         c, s_ = math.cos(th), math.sin(th)
         st[0:3] = m.s_pose
         st[3:6] = m.s_vel
         st[6:8] = m.t_pose[:2]
         st[8:10] = m.t_vel[:2]
-        st[10] = m.t_pose[0] + m.t_oc[0] - (x + c * ox - s_ * oy)
-        st[11] = m.t_pose[1] + m.t_oc[1] - (y + s_ * ox + c * oy)
+        st[10] = tx + m.t_oc[0] - (x + c * ox - s_ * oy)
+        st[11] = ty + m.t_oc[1] - (y + s_ * ox + c * oy)
         st[14] = m.time / self.cfg.horizon
+
+    def _state(self, m: _Member) -> np.ndarray:
+        st = m.state_buf
+        self._fill_state(m, st)
         out = np.minimum(np.maximum(st, self.state_lo), self.state_hi).astype(np.float32)
         if not np.all(np.isfinite(out)):
             out = np.clip(np.nan_to_num(out), self.state_lo, self.state_hi)
@@ -685,8 +704,16 @@ class PourBatch:
     def observation(self, b: int):
         cfg, m = self.cfg, self.members[b]
         if cfg.obs_mode in ("features", "lip"):
-            obs = np.concatenate([self._state(m), np.minimum(np.maximum(m.hist.ravel(), 0.0), 1.5)])
-            return obs.astype(np.float32)
+            # state and history in one buffer, clipped in one go: the same values as clipping the
+            # state to its bounds and the history to [0, 1.5] separately
+            buf = m.obs_buf
+            self._fill_state(m, buf)
+            buf[N_STATE:] = m.hist.ravel()
+            obs = np.minimum(np.maximum(buf, self.obs_lo), self.obs_hi).astype(np.float32)
+            st = obs[:N_STATE]
+            if not np.isfinite(st).all():
+                obs[:N_STATE] = np.clip(np.nan_to_num(st), self.state_lo, self.state_hi)
+            return obs
         if cfg.obs_mode == "particles":
             x, v = m.x, self.velocities(b)
             idx = np.linspace(0, max(m.n - 1, 0), cfg.n_particles).round().astype(np.int64)
@@ -701,40 +728,38 @@ class PourBatch:
         """Advance the active members by one control step under their actions in [-1, 1]^3."""
         w, dt = self.world, CONTROL_DT
         B, members = self.B, self.members
-        s_pose = np.empty((B, 3))
-        t_pose = np.empty((B, 3))
+        poses = np.empty((B, 2, 3))          # (member, body: SOURCE, TARGET, x y theta)
+        vels = np.zeros((B, 2, 3))
         for b, m in enumerate(members):
-            s_pose[b] = m.s_pose
-            t_pose[b] = m.t_pose
-        s_vel = np.zeros((B, 3))
-        t_vel = np.zeros((B, 3))
+            poses[b, SOURCE] = m.s_pose
+            poses[b, TARGET] = m.t_pose
         acts = np.asarray(actions, np.float64)
         if not np.isfinite(acts).all():
             acts = np.nan_to_num(acts)
         acts = np.minimum(np.maximum(acts, -1.0), 1.0)
         deltas = acts * ACTION_SCALE
-        plans = {}
-        for b in np.flatnonzero(active):
+        plans = []
+        for b in (range(B) if active.all() else np.flatnonzero(active).tolist()):
             m = members[b]
-            a = acts[b]
             t_next = m.task.target_pose_at(m.time + dt)
             s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
-            s_vel[b] = (s_next - m.s_pose) / dt
-            t_vel[b] = (t_next - m.t_pose) / dt
-            plans[b] = (a, s_next, t_next, clipped, pen)
-        self.world.set_poses(np.stack([s_pose, t_pose], 1), np.stack([s_vel, t_vel], 1))
+            s_vel = (s_next - m.s_pose) / dt
+            vels[b, SOURCE] = s_vel
+            vels[b, TARGET] = (t_next - m.t_pose) / dt
+            plans.append((b, acts[b], s_next, s_vel, t_next, clipped, pen))
+        w.set_poses(poses, vels)
         w.advance(dt)
-        unstable = w.unstable_members()
-        xs = self.world.positions_all()
-        for b, (a, s_next, t_next, clipped, pen) in plans.items():
+        unstable = w.unstable_members().tolist()
+        xs = w.positions_all()
+        for b, a, s_next, s_vel, t_next, clipped, pen in plans:
             x = np.nan_to_num(xs[b]) if unstable[b] else xs[b]
-            self._after_step(b, x, a, s_next, t_next, clipped, pen, bool(unstable[b]))
+            self._after_step(b, x, a, s_next, s_vel, t_next, clipped, pen, bool(unstable[b]))
 
-    def _after_step(self, b: int, x: np.ndarray, a, s_next, t_next, clipped: bool, pen: float,
+    def _after_step(self, b: int, x: np.ndarray, a, s_next, s_vel, t_next, clipped: bool, pen: float,
                     unstable: bool) -> None:
         cfg, m = self.cfg, self.members[b]
         t_prev_pose = m.t_pose
-        m.s_vel = (s_next - m.s_pose) / CONTROL_DT
+        m.s_vel = s_vel
         m.t_vel = m.task.target_velocity_at(m.time + CONTROL_DT)
         m.s_pose, m.t_pose = s_next, t_next
         m.time += CONTROL_DT
@@ -769,9 +794,7 @@ class PourBatch:
             m.earned[left] = 0.0
         m.in_t = in_t
         loc_s = to_local(x, m.s_pose)
-        d = x - prev_x
-        fr = self._fractions(m, x, m.s_region.inside(loc_s),
-                             np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2)
+        fr = self._fractions(m, x, m.s_region.inside(loc_s), prev_x)
         r_target = r / max(m.n, 1)
         r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
         da = a - m.prev_action
@@ -779,7 +802,9 @@ class PourBatch:
         m.spilled = fr["spilled"]
         m.prev_action = a
         if cfg.obs_mode in ("features", "lip"):
-            m.hist = np.concatenate([self._frame(m, loc_s)[None], m.hist[:-1]])
+            hist = m.hist
+            hist[1:] = hist[:-1]                    # newest first (overlapping copy is safe)
+            hist[0] = self._frame(m, loc_s)
         m.info = self._info(b, fr, r_target=r_target, r_spill=r_spill, r_smooth=r_smooth,
                             clipped=clipped, collision=pen > 1e-4)
 
