@@ -32,8 +32,9 @@ Units: SI throughout (m, s, m/s). Pressure is solved as ``p * dt / rho`` (m^2/s)
 import numpy as np
 import taichi as ti
 
-from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
-                          D_TIME, D_UNSTABLE, N_DIAG)
+from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
+                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
+                        VISCOSITY_SKIP)
 from .geometry import KIND_BOX
 
 # Tolerances and limits (dimensionless unless stated).
@@ -41,11 +42,8 @@ PCG_TOLERANCE = 1e-5      # relative max-norm residual of the pressure solve
 PCG_MAX_ITERS = 400
 MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
-ADVECTION_CFL = 0.9        # cells a particle may travel between two pushes out of solids
-BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
 PARALLEL_LANES = 4096      # see advance()
-MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 
 
 
@@ -399,7 +397,7 @@ class Flip2D:
                 self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
         # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
         # viscosity is far under the scheme's own numerical viscosity: skip the pass.
-        if self.nu[b] * dt > 1e-3 * self.dx * self.dx:
+        if self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx:
             self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.valid_u, 0, i0, i1 + 1, j0, j1)
             self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, 1, i0, i1, j0, j1 + 1)
 

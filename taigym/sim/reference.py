@@ -35,16 +35,12 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
-from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
-                          D_TIME, D_UNSTABLE, N_DIAG)
+from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
+                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
+                        VISCOSITY_SKIP)
 from .geometry import Container
 from .world2d import World2D
 
-# Same constants as flip2d.py (duplicated so that importing this module never imports Taichi).
-ADVECTION_CFL = 0.9
-BLOWUP_SPEED = 50.0
-MAX_SUBSTEPS = 400
-VISCOSITY_SKIP = 1e-3  # flip2d.body_forces: viscosity only if nu * dt > VISCOSITY_SKIP * dx^2
 
 
 def open_fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import backend
-from .diagnostics import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
+from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
                           D_TIME, D_UNSTABLE, N_DIAG)
 from .geometry import KIND_BOX, Box, Container
 
@@ -214,20 +214,18 @@ class World2D:
         the new shape at the old pose nor the old shape at the new pose is checked)."""
         self._check_handle(handle)
         idx = self._members_of(member)
-        old = ([self._members[b].shapes[handle] for b in idx], self._pose[idx, handle].copy(),
-               self._vel[idx, handle].copy())
+        poses, vels = self._pose.copy(), self._vel.copy()
+        if pose is not None:
+            poses[idx, handle] = _finite_vector("pose", pose, 3)
+            vels[idx, handle] = _finite_vector("velocity", velocity, 3)
+        old_shapes = [self._members[b].shapes[handle] for b in idx]
+        for b in idx:
+            self._members[b].shapes[handle] = shape
         try:
-            for b in idx:
-                self._members[b].shapes[handle] = shape
-            if pose is not None:
-                self._pose[idx, handle] = _finite_vector("pose", pose, 3)
-                self._vel[idx, handle] = _finite_vector("velocity", velocity, 3)
-            for b in idx:
-                self._check_shape(b, handle, shape)
+            self._install_poses(poses, vels, idx)
         except ValueError:
-            for b, prev in zip(idx, old[0]):
+            for b, prev in zip(idx, old_shapes):
                 self._members[b].shapes[handle] = prev
-            self._pose[idx, handle], self._vel[idx, handle] = old[1], old[2]
             raise
         if self._solver is not None:
             self._upload_bodies()
@@ -395,18 +393,13 @@ class World2D:
         """
         self._check_handle(handle)
         idx = self._members_of(member)
-        old_pose, old_vel = self._pose[idx, handle].copy(), self._vel[idx, handle].copy()
-        for name, val, dst in (("pose", pose, self._pose), ("velocity", velocity, self._vel)):
+        poses, vels = self._pose.copy(), self._vel.copy()
+        for name, val, dst in (("pose", pose, poses), ("velocity", velocity, vels)):
             a = np.asarray(val, dtype=np.float64)
             if a.shape not in ((3,), (len(idx), 3)) or not np.all(np.isfinite(a)):
                 raise ValueError(f"{name} must be finite with shape (3,) or ({len(idx)}, 3), got {a.shape}")
             dst[idx, handle] = a
-        try:  # a container carried out of the domain would lose its liquid to the edge
-            for b in idx:
-                self._check_shape(b, handle, self._members[b].shapes[handle])
-        except ValueError:
-            self._pose[idx, handle], self._vel[idx, handle] = old_pose, old_vel
-            raise
+        self._install_poses(poses, vels, idx)
         if self._solver is not None:
             self._upload_poses()
 
@@ -420,18 +413,23 @@ class World2D:
             if a.shape != shape or not np.all(np.isfinite(a)):
                 raise ValueError(f"{name} must be finite with shape {shape}, got {a.shape}")
             new.append(a)
-        old = self._pose.copy(), self._vel.copy()
-        self._pose[:], self._vel[:] = new
-        try:
-            for b, m in enumerate(self._members):
-                for handle, shape_ in enumerate(m.shapes):
-                    if isinstance(shape_, Container):
-                        self._check_shape(b, handle, shape_)
-        except ValueError:
-            self._pose[:], self._vel[:] = old
-            raise
+        self._install_poses(*new, range(self.batch_size))
         if self._solver is not None:
             self._upload_poses()
+
+    def _install_poses(self, poses: np.ndarray, vels: np.ndarray, members) -> None:
+        """Make (B, K, 3) arrays the bodies' poses and velocities once every body of `members`
+        passes its checks at its new pose; if one does not, nothing changes. (A container
+        carried out of the domain would lose its liquid to the edge.)"""
+        old = self._pose, self._vel
+        self._pose, self._vel = poses, vels
+        try:
+            for b in members:
+                for handle, shape in enumerate(self._members[b].shapes):
+                    self._check_shape(b, handle, shape)
+        except ValueError:
+            self._pose, self._vel = old
+            raise
 
     def advance(self, dt: float) -> None:
         """Advance every member by ``dt`` simulated seconds (one kernel launch)."""

@@ -1,0 +1,13 @@
+"""Constants shared by the Taichi solver (``flip2d``), its NumPy reference and ``World2D``.
+Kept free of Taichi so that the reference and the facade import no Taichi."""
+
+# Columns of the per-scene diagnostics row the solvers write at the end of each advance.
+D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
+N_DIAG = 8
+
+# Algorithm limits both solvers must agree on (dimensionless unless stated).
+ADVECTION_CFL = 0.9       # cells a particle may travel between two pushes out of solids
+BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up
+MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
+VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
+                          # scheme's own numerical viscosity dominates)
