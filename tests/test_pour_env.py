@@ -12,9 +12,11 @@ from gymnasium.utils.env_checker import check_env
 
 import taigym.agents
 from taigym.envs import tasks
-from taigym.envs.pour import ACTION_SCALE, PourEnv
-from taigym.envs.pour_tasks import DOMAIN, PourTask, fingerprint, reflect, sample_task
-from taigym.envs.render import render_scene
+from taigym.envs.pour import (ACTION_SCALE, N_STATE, OBSTACLE_HANDLES, PARKED_POSE, SETTLE_SPEED,
+                               PourEnv, _densify, to_world)
+from taigym.envs.pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask, fingerprint, reflect, sample_task
+from taigym.envs.render import OBSTACLE_COLOUR, render_scene
+from taigym.sim import Box
 
 RES = 64  # 12.5 mm cells: coarse but fast; the physics is checked elsewhere
 KW = dict(resolution=RES)
@@ -220,8 +222,9 @@ def test_moves_into_the_target_or_the_floor_are_clipped(env):
         _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
         assert not info["collision"]
     assert info["action_clipped"]
-    pen_t, pen_e = u._batch._penetration(u._batch.members[0], info["source_pose"], info["target_pose"])
-    assert pen_t == 0.0 and pen_e == 0.0
+    pen_t, pen_e, pen_o = u._batch._penetration(u._batch.members[0], info["source_pose"],
+                                                info["target_pose"])
+    assert pen_t == 0.0 and pen_e == 0.0 and pen_o == 0.0
     env.reset(seed=0, options={"task": easy_task(source_pose=(0.15, 0.15, 0.0))})
     for _ in range(12):  # beside T: down to the floor and no further
         _, _, _, _, info = env.step(np.array([0.0, -1.0, 0.0], np.float32))
@@ -328,6 +331,153 @@ def test_vector_env_matches_single_envs():
     finally:
         e.close()
 
+
+# ---------------------------------------------------------------------- obstacles
+BLOCK = (0.36, 0.15, 0.04, 0.30)  # seed 000's tall block: 4 cm wide, 30 cm tall, on the floor
+
+
+def block_task(block=BLOCK, **kw):
+    """S beside the floor, left of a tall block; a static T right of it."""
+    base = dict(source_container="rect", source_width=0.08, source_height=0.10,
+                target_container="rect", target_width=0.12, target_height=0.10,
+                source_pose=(0.2, 0.15, 0.0), target_position=(0.65, 0.05),
+                target_velocity=(0.0, 0.0), fill=0.5, viscosity=1e-3, obstacles=(block,))
+    base.update(kw)
+    return PourTask(**base)
+
+
+def test_obstacle_task_round_trips_and_obstacle_free_tasks_are_unchanged():
+    t = block_task(obstacles=(BLOCK, (0.7, 0.4, 0.05, 0.02)))
+    d = json.loads(json.dumps(t.to_dict()))
+    assert d["obstacles"] == [list(BLOCK), [0.7, 0.4, 0.05, 0.02]]
+    assert PourTask.from_dict(d) == t and hash(PourTask.from_dict(d)) == hash(t)
+    (box, pose), _ = t.obstacle_boxes()
+    assert box == Box(0.04, 0.30) and pose.tolist() == [0.36, 0.15, 0.0]
+    # dicts written before obstacles existed still load; sampled tasks have none (the splits'
+    # fingerprints are checked above)
+    old = easy_task().to_dict()
+    del old["obstacles"]
+    assert PourTask.from_dict(old) == easy_task() and easy_task().obstacles == ()
+    assert sample_task(np.random.default_rng(5)).obstacles == ()
+    assert fingerprint([t]) != fingerprint([dataclasses.replace(t, obstacles=())])
+
+
+@pytest.mark.parametrize("obstacles", [
+    [(0.3, 0.1, 0.04)], [BLOCK] * (MAX_OBSTACLES + 1), [(0.3, float("nan"), 0.04, 0.2)],
+    [(0.3, 0.1, 0.001, 0.2)], [(0.3, 0.3, 0.04, 0.6)], [(0.79, 0.1, 0.04, 0.2)],
+    [(0.3, 0.05, 0.04, 0.2)], BLOCK, "block", 3.0,
+])
+def test_bad_obstacles_raise_value_error_naming_them(obstacles):
+    with pytest.raises(ValueError, match="obstacles"):
+        block_task(obstacles=obstacles)
+
+
+def test_obstacles_through_s_or_t_path_are_refused_at_reset(env):
+    with pytest.raises(ValueError, match=r"obstacles\[0\].*source"):  # S starts inside it
+        env.reset(options={"task": block_task((0.2, 0.15, 0.04, 0.3))})
+    with pytest.raises(ValueError, match=r"obstacles\[0\].*target"):  # T drives through it
+        env.reset(options={"task": block_task(target_velocity=(0.2, 0.0))})
+    with pytest.raises(ValueError, match=r"width and height must be in \[0.005, 0.5\]"):
+        block_task((0.3, 0.1, 0.001, 0.2))
+
+
+@pytest.mark.parametrize("width", [0.04, 0.005])
+def test_moves_into_an_obstacle_are_clipped(env, width):
+    block = (0.36, 0.15, width, 0.30)
+    env.reset(seed=0, options={"task": block_task(block)})
+    u = env.unwrapped
+    S, box = u.source_shape, Box(width, 0.30)
+    wall = _densify(np.asarray(S.walls), 5e-4)  # S's wall centreline every 0.5 mm
+    clipped, poses = [], []
+    for k in range(12):  # at full speed towards the block, bobbing and rocking
+        a = np.array([1.0, 0.3 * (-1) ** k, -1.0 if k % 4 < 2 else 1.0], np.float32)
+        _, _, _, _, info = env.step(a)
+        gap = box.sdf(to_world(wall, info["source_pose"]) - block[:2]).min() - S.radius
+        assert gap > -0.08 * S.radius, (k, gap)  # the clip's sampling tolerance (docstring)
+        assert not info["collision"]
+        clipped.append(info["action_clipped"])
+        poses.append(info["source_pose"])
+    assert all(clipped[-6:]) and poses[-1][0] < block[0]
+    assert poses[-1][1] != poses[-2][1]  # the blocked x does not stop y
+    # a displacement longer than any action's, to a pose clear of the block on its far side,
+    # must not jump through it either
+    b, m = u._batch, u._batch.members[0]
+    far = m.s_pose + (0.175, 0.0, 0.0)
+    assert b._penetration(m, far, m.t_pose) == (0.0, 0.0, 0.0)
+    pose, was_clipped, _ = b._clip_move(m, np.array([0.175, 0.0, 0.0]), m.t_pose)
+    assert was_clipped and pose[0] == m.s_pose[0]
+
+
+def test_liquid_poured_onto_a_block_stays_out_of_it_and_out_of_t(env):
+    block = (0.36, 0.10, 0.20, 0.20)  # 20 cm wide and tall, between S and T: T is shielded
+    task = block_task(block, source_pose=(0.25, 0.33, 0.0), target_position=(0.68, 0.05))
+    env.reset(seed=0, options={"task": task})
+    m, box = env.unwrapped._batch.members[0], Box(block[2], block[3])
+    deepest = np.inf
+    for k in range(40):  # tilt to -1.5 rad (S's lip ends up above the block) and hold
+        prev = m.x.copy()
+        _, _, _, _, info = env.step(np.array([0.0, 0.0, -1.0 if k < 15 else 0.0], np.float32))
+        deepest = min(deepest, box.sdf(m.x - block[:2]).min())
+        assert info["in_target"] == 0.0
+    assert info["in_source"] < 0.5 and deepest > -1e-3  # poured; no particle inside the block
+    # liquid resting on the block's top (above T's rim) is slow, hence spilled, not in flight
+    x = m.x
+    on_top = (np.abs(x[:, 0] - block[0]) <= 0.5 * block[2]) & (x[:, 1] >= block[1] + 0.5 * block[3])
+    speed = np.linalg.norm(x - prev, axis=1) / env.unwrapped.dt
+    assert on_top.sum() >= 5 and np.mean(speed[on_top] < SETTLE_SPEED) >= 0.8
+    assert info["spilled"] > 0.5 and info["in_flight"] < 0.05
+
+
+def test_obstacles_in_observation_and_render(env):
+    obs, _ = env.reset(seed=0, options={"task": block_task()})
+    assert env.observation_space.contains(obs) and N_STATE == 32 + 4 * MAX_OBSTACLES
+    np.testing.assert_allclose(obs[32:36], BLOCK, rtol=1e-6)
+    assert not obs[36:N_STATE].any()
+    img = env.unwrapped._batch.render(0, (320, 512))
+    col, row = int(BLOCK[0] / DOMAIN[0] * 512), int((1 - 0.2 / DOMAIN[1]) * 320)  # (0.36, 0.2) m
+    assert tuple(img[row, col]) == OBSTACLE_COLOUR
+    obs, _ = env.reset(seed=0, options={"task": easy_task()})
+    assert not obs[32:N_STATE].any()
+    # unused slots are parked out of the domain
+    for h in OBSTACLE_HANDLES:
+        assert env.unwrapped.world.pose(h).tolist() == list(PARKED_POSE)
+    assert tuple(render_scene((50, 80), DOMAIN, [], np.zeros((0, 2)), boxes=[(0.4, 0.25, 0.1, 0.1)])
+                 [25, 40]) == OBSTACLE_COLOUR
+
+
+def test_vector_env_with_obstacles_matches_single_envs_and_clears_unused_slots():
+    B, steps = 8, 3
+    acts = np.random.default_rng(1).uniform(-1, 1, (steps, B // 2, 3)).astype(np.float32)
+    seeds = [10 + b // 2 for b in range(B)]  # members 2j and 2j + 1 share seed and actions
+    # a small box right where easy_task's liquid sits: it must be gone when easy_task follows
+    stray = block_task(obstacles=((0.30, 0.27, 0.04, 0.04), BLOCK))
+    rounds = [[easy_task() if b % 2 == 0 else stray for b in range(B)],
+              [block_task() if b % 2 == 0 else easy_task() for b in range(B)]]
+    venv = gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point", **KW)
+    try:
+        v_out = []
+        for ts in rounds:
+            v_out.append([venv.reset(seed=seeds, options={"task": ts})[0]])
+            w = venv.unwrapped.world
+            for b, t in enumerate(ts):  # slots the task does not use are parked out of the domain
+                for i, h in enumerate(OBSTACLE_HANDLES):
+                    want = (*t.obstacles[i][:2], 0.0) if i < len(t.obstacles) else PARKED_POSE
+                    assert w.pose(h, member=b).tolist() == list(want)
+            v_out[-1] += [venv.step(acts[k, np.arange(B) // 2])[0] for k in range(steps)]
+    finally:
+        venv.close()
+    for k in range(steps + 1):  # easy_task after the stray box = easy_task in a fresh slot
+        np.testing.assert_array_equal(v_out[1][k][1::2], v_out[0][k][0::2])
+    e = make()
+    try:
+        for b in range(B):
+            for i, ts in enumerate(rounds):
+                obs, _ = e.reset(seed=seeds[b], options={"task": ts[b]})
+                np.testing.assert_array_equal(obs, v_out[i][0][b])
+                for k in range(steps):
+                    np.testing.assert_array_equal(e.step(acts[k, b // 2])[0], v_out[i][k + 1][b])
+    finally:
+        e.close()
 
 # ---------------------------------------------------------------------- agents
 def test_agents_make_and_act(env):

@@ -3,15 +3,18 @@
 This is seed 001's pouring problem (Pan & Manocha 2017, §IV-VI) at kitchen scale, simulated by
 the FLIP solver of ``taigym.sim``. The task (``env.unwrapped.task``, a frozen
 :class:`~taigym.envs.pour_tasks.PourTask`) fixes both containers, T's constant velocity, the fill
-level, the viscosity and whether the liquid starts at rest (TRANSFER+ZERO) or moving with S
-(TRANSFER+FOLLOW); see :mod:`taigym.envs.pour_tasks` for the distribution and its mapping from
-the paper's.
+level, the viscosity, whether the liquid starts at rest (TRANSFER+ZERO) or moving with S
+(TRANSFER+FOLLOW) and up to two static obstacles; see :mod:`taigym.envs.pour_tasks` for the
+distribution and its mapping from the paper's.
 
 The scene is 0.8 m x 0.5 m with solid edges (the bottom edge is the floor). S is moved
 kinematically by the agent; T moves at its constant velocity and bounces off the sides of a box
 that keeps it on the table (``task.target_pose_at(t)`` gives its whole trajectory). Poses are
 those of the containers' frames: origin at the centre of the inner bottom, y along the axis,
-theta counter-clockwise (pouring to the right means theta < 0).
+theta counter-clockwise (pouring to the right means theta < 0). Obstacles (``task.obstacles``,
+e.g. seed 000's tall block between S and T; sampled tasks have none) are static solid boxes
+(x_centre, y_centre, width, height); liquid cannot pass through them, and liquid resting on one
+is spilled.
 
 ## Action space
 
@@ -24,7 +27,8 @@ theta counter-clockwise (pouring to the right means theta < 0).
 | 2 | dtheta of S (counter-clockwise) | 0.1 rad | 2 rad/s |
 
 theta is kept in [-2.5, 2.5] rad. A component of the move that would make S's solid penetrate
-T's (deeper than it already does), go below the floor or leave the scene is not applied (the
+T's or an obstacle (deeper than it already does; for obstacles, also on the way, so that S
+cannot jump through a thin box), go below the floor or leave the scene is not applied (the
 others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
 
 ## Observation space
@@ -46,11 +50,13 @@ others are, if they are valid on their own); ``info["action_clipped"]`` says whe
 | 21-22 | S shape parameters (frustum: bottom/width; cup: corner radius/width; oval: body/width, neck height/height) | - | [0, 5] |
 | 23 | S's geometric max tilt angle at the task's fill | rad | [0, pi] |
 | 24-31 | the same for T (one-hot, width, height, 2 parameters) | | |
-| 32-... | liquid free-surface heightfield in S's frame, ``heightfield_bins`` columns across S's interior, newest of the last 4 frames first; height of the highest particle over S's inner bottom / S's height (0 = no liquid) | - | [0, 1.5] |
+| 32-35 | obstacle 0: x_centre, y_centre, width, height (zeros if the task has no obstacle 0) | m | [0, 0.8], [0, 0.5], [0, 0.5], [0, 0.5] |
+| 36-39 | obstacle 1, the same | m | |
+| 40-... | liquid free-surface heightfield in S's frame, ``heightfield_bins`` columns across S's interior, newest of the last 4 frames first; height of the highest particle over S's inner bottom / S's height (0 = no liquid) | - | [0, 1.5] |
 
-``obs_mode="lip"`` (Fig. 4b): entries 0-31, then the liquid height at S's left and right lips
+``obs_mode="lip"`` (Fig. 4b): entries 0-39, then the liquid height at S's left and right lips
 (the highest particle within a band beside each lip, in S's frame, / S's height) for the last 4
-frames (8 numbers in [0, 1.5]). ``obs_mode="particles"``: ``Dict(state=Box(32,), particles=Box
+frames (8 numbers in [0, 1.5]). ``obs_mode="particles"``: ``Dict(state=Box(40,), particles=Box
 (n_particles, 4))`` with a fixed subsample of the particles (x, y, vx, vy; m, m/s). ``obs_mode=
 "rgb"``: a ``Box(0, 255, (H, W, 3), uint8)`` image of size ``image_size``.
 
@@ -78,11 +84,11 @@ The undiscounted return is thus (sum of R_p over the particles in T)/N - spill_p
 ## Info (every step, including reset)
 
 ``in_source``, ``in_target``, ``spilled``, ``in_flight`` (fractions of the initial liquid; liquid
-outside both containers is spilled if it moved slower than 5 cm/s over the last step or is below
-the level of T's opening, else in flight),
+outside both containers is spilled if it moved slower than 5 cm/s over the last step, e.g.
+resting on the floor or an obstacle, or is below the level of T's opening, else in flight),
 ``success`` (= ``is_success``: in_target >= 0.9 and spilled <= 0.05), ``sim_unstable``,
 ``time`` (s), ``source_pose``, ``source_velocity``, ``target_pose``, ``target_velocity``,
-``action_clipped``, ``collision`` (S's and T's solids overlap), ``reward_target``,
+``action_clipped``, ``collision`` (S's solid overlaps T's or an obstacle), ``reward_target``,
 ``reward_spill``, ``reward_smooth``, ``n_particles``.
 
 ## Arguments
@@ -113,8 +119,8 @@ import numpy as np
 from gymnasium import spaces
 
 from . import render as _render
-from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_VISCOSITY, SPLIT_SIZES,
-                         PourTask, pour_tasks, sample_task)
+from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
+                         OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
 
 CONTROL_DT = 0.05
 ACTION_SCALE = np.array([0.025, 0.025, 0.1])      # per step: m, m, rad
@@ -127,7 +133,13 @@ HISTORY = 4                                       # frames of heightfield / lip 
 OBS_MODES = ("features", "lip", "particles", "rgb")
 SETTLE_SPEED = 0.05                               # m/s: slower liquid outside containers is spilled
 SOURCE, TARGET = 0, 1                             # body handles in the world
-N_STATE = 32
+OBSTACLE_HANDLES = tuple(range(2, 2 + MAX_OBSTACLES))  # static boxes, after S and T, always there
+N_BODIES = 2 + MAX_OBSTACLES
+# An unused obstacle slot holds this tiny box below the floor, out of the domain: further from
+# every grid node than its bounding radius plus two cells, so the solver never evaluates it.
+PARKED_BOX_SIZE = 0.005                           # m
+PARKED_POSE = (-0.1, -0.1, 0.0)
+N_STATE = 32 + 4 * MAX_OBSTACLES
 GRAVITY = -9.81
 _EPS = 1e-6
 
@@ -282,6 +294,8 @@ def state_bounds() -> tuple[np.ndarray, np.ndarray]:
     box_hi = [1, 1, 1, 1, 0.4, 0.4, 5, 5]
     lo += box_lo + [0] + box_lo
     hi += box_hi + [math.pi] + box_hi
+    lo += [0, 0, 0, 0] * MAX_OBSTACLES                # obstacles: x, y, width, height
+    hi += [W, H, OBSTACLE_SIZE[1], OBSTACLE_SIZE[1]] * MAX_OBSTACLES
     assert len(lo) == N_STATE
     return np.array(lo, np.float32), np.array(hi, np.float32)
 
@@ -360,6 +374,22 @@ class _Walls:
         dx = apx - t * abx
         dy = apy - t * aby
         return math.sqrt(float((dx * dx + dy * dy).min())) - self.radius
+
+
+def _box_distance(px: float, py: float, box: tuple) -> float:
+    """Signed distance (m) from the point (px, py) to the axis-aligned box (cx, cy, hx, hy)
+    (centre and half extents, m); < 0 inside. Python floats: the fast path's check."""
+    cx, cy, hx, hy = box
+    qx, qy = abs(px - cx) - hx, abs(py - cy) - hy
+    return math.hypot(max(qx, 0.0), max(qy, 0.0)) + min(max(qx, qy), 0.0)
+
+
+def _box_sdf(pts: np.ndarray, box: tuple) -> np.ndarray:
+    """Signed distance (m) from world points (N, 2) to the axis-aligned box (cx, cy, hx, hy)."""
+    cx, cy, hx, hy = box
+    qx = np.abs(pts[:, 0] - cx) - hx
+    qy = np.abs(pts[:, 1] - cy) - hy
+    return np.hypot(np.maximum(qx, 0.0), np.maximum(qy, 0.0)) + np.minimum(np.maximum(qx, qy), 0.0)
 
 
 def _shape_features(shape) -> np.ndarray:
@@ -443,6 +473,9 @@ class _Member:
         self.s_bound = 0.0
         self.t_oc = self.s_oc = np.zeros(2)
         self.solid_pts = None          # S's wall centreline, densified (S frame)
+        self.obst: list[tuple] = []    # the task's obstacles as (cx, cy, hx, hy), m
+        self.obst_step = math.inf      # longest sub-move that cannot jump through one (m)
+        self.obst_poses = np.tile(PARKED_POSE, (MAX_OBSTACLES, 1))  # every slot's pose (parked too)
         self.s_pose = np.zeros(3)
         self.s_vel = np.zeros(3)
         self.t_pose = np.zeros(3)
@@ -477,6 +510,7 @@ class PourBatch:
         self.B = int(batch_size)
         self.world = None
         self._key = None
+        self._slots: list[list] = []   # (shape, pose) in each member's obstacle slots of the world
         self.members = [_Member() for _ in range(self.B)]
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
@@ -490,6 +524,9 @@ class PourBatch:
             return
         cfg = self.cfg
         key = (cfg.resolution, self.B, cfg.capacity, cfg.arch)
+        # unknown contents (a pooled world's slots hold its last tasks' obstacles): reset_member
+        # sets every slot the first time
+        self._slots = [[None] * MAX_OBSTACLES for _ in range(self.B)]
         pooled = _WORLD_POOL.get(key)
         if pooled:
             self.world, self._key = pooled.pop(), key
@@ -500,6 +537,10 @@ class PourBatch:
                         arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity)
         w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
         w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
+        # the obstacle slots exist in every world, so that its layout (and the pool) does not
+        # depend on the task
+        for _ in OBSTACLE_HANDLES:
+            w.add_body(sim.Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), pose=PARKED_POSE)
         w.build()
         self.world, self._key = w, key
 
@@ -525,26 +566,47 @@ class PourBatch:
 
     # ------------------------------------------------------------------ reset
     def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
+        from taigym.sim import Box
+
         cfg = self.cfg
         source = task.source_shape(cfg.wall_thickness)
         target = task.target_shape(cfg.wall_thickness)
         # checked before the world changes, so that a failed reset leaves the member as it was
-        needed = len(source.fill_points(task.fill, 0.5 * cfg.dx))  # World2D.spacing
+        fill_pts = source.fill_points(task.fill, 0.5 * cfg.dx)  # World2D.spacing
+        needed = len(fill_pts)
         if needed > cfg.capacity:
             raise ValueError(f"the task needs {needed} particles but max_particles={cfg.capacity}; "
                              f"pass a larger max_particles to gym.make")
+        solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
+        obst = [(x, y, 0.5 * wd, 0.5 * ht) for x, y, wd, ht in task.obstacles]
+        if obst:
+            self._check_obstacles(task, source, target, solid_pts, fill_pts, obst)
         self._ensure_world(task)
         w, m = self.world, self.members[b]
         s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
         w.clear_liquid(member=b)
         w.set_body(SOURCE, source, task.source_pose, s_vel, member=b)
         w.set_body(TARGET, target, task.target_pose_at(0.0), task.target_velocity_at(0.0), member=b)
+        m.obst_poses = np.tile(PARKED_POSE, (MAX_OBSTACLES, 1))
+        for i, handle in enumerate(OBSTACLE_HANDLES):
+            if i < len(obst):
+                shape, pose = Box(task.obstacles[i][2], task.obstacles[i][3]), obst[i][:2] + (0.0,)
+            else:
+                shape, pose = Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), PARKED_POSE
+            m.obst_poses[i] = pose
+            if self._slots[b][i] != (shape, pose):  # each set_body uploads every body: skip if set
+                w.set_body(handle, shape, pose, (0.0, 0.0, 0.0), member=b)
+                self._slots[b][i] = (shape, pose)
         w.set_viscosity(task.viscosity, member=b)
         w.reseed(jitter_seed, member=b)
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
         m.task, m.source, m.target = task, source, target
         m.s_region, m.t_region = _Region(source), _Region(target)
-        m.solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
+        m.solid_pts = solid_pts
+        m.obst = obst
+        # sub-moves no longer than half the thinnest obstacle plus S's wall cannot cross it
+        # unseen (see _clip_move)
+        m.obst_step = min((source.radius + min(hx, hy) for _, _, hx, hy in obst), default=math.inf)
         m.t_walls = _Walls(target)
         m.s_bound = source.bounding_radius
         m.s_reach = m.s_bound + target.bounding_radius
@@ -565,7 +627,8 @@ class PourBatch:
         m.state_buf = np.concatenate([
             np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
             [0.0],  # time, filled in per step
-            _shape_features(source), [m.max_tilt], _shape_features(target)])
+            _shape_features(source), [m.max_tilt], _shape_features(target),
+            np.ravel(task.obstacles), np.zeros(4 * (MAX_OBSTACLES - len(obst)))])
         m.obs_buf = np.concatenate([m.state_buf, np.zeros(HISTORY * len(self._frame(m, x[:0])))])
         m.in_t = m.t_region.inside(to_local(x, m.t_pose))
         loc_s = to_local(x, m.s_pose)
@@ -574,6 +637,33 @@ class PourBatch:
         m.hist = np.repeat(self._frame(m, loc_s)[None], HISTORY, axis=0)
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
+
+    def _check_obstacles(self, task: PourTask, source, target, solid_pts: np.ndarray,
+                         fill_pts: np.ndarray, obst: list[tuple]) -> None:
+        """Raise ValueError if an obstacle overlaps S (its solid or its liquid) at the start or T
+        anywhere on its path over the horizon: both are moved kinematically and would carry
+        their walls and liquid through the box."""
+        s_pts = to_world(solid_pts, np.asarray(task.source_pose))
+        liquid = to_world(fill_pts, np.asarray(task.source_pose))
+        # T is never rotated and the solver moves it linearly between control steps, so its
+        # path is covered by the bounding box of its solid at the control steps' poses
+        times = np.arange(self.cfg.max_steps + 1) * CONTROL_DT
+        path = np.array([task.target_pose_at(t)[:2] for t in times])
+        walls = np.asarray(target.walls)
+        t_lo = path.min(0) + walls.min(0) - target.radius
+        t_hi = path.max(0) + walls.max(0) + target.radius
+        for i, box in enumerate(obst):
+            cx, cy, hx, hy = box
+            if float(_box_sdf(s_pts, box).min()) < source.radius - 1e-9 or \
+                    (len(liquid) and float(_box_sdf(liquid, box).min()) < 0.0):
+                raise ValueError(f"obstacles[{i}] {task.obstacles[i]} overlaps the source container "
+                                 f"at its start pose {task.source_pose}")
+            if (cx + hx > t_lo[0] + 1e-9 and cx - hx < t_hi[0] - 1e-9 and
+                    cy + hy > t_lo[1] + 1e-9 and cy - hy < t_hi[1] - 1e-9):
+                raise ValueError(f"obstacles[{i}] {task.obstacles[i]} overlaps the target container's "
+                                 f"path (its bounding box over the {self.cfg.horizon:g} s horizon: "
+                                 f"x in [{t_lo[0]:.3f}, {t_hi[0]:.3f}], y in [{t_lo[1]:.3f}, "
+                                 f"{t_hi[1]:.3f}] m)")
 
     # ------------------------------------------------------------------ geometry
     def _fractions(self, m: _Member, x: np.ndarray, in_s: np.ndarray, prev_x: np.ndarray) -> dict:
@@ -596,16 +686,19 @@ class PourBatch:
         return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
                 "in_flight": (m.n - n_s - n_t - n_sp) / n}
 
-    def _penetration(self, m: _Member, pose: np.ndarray, t_pose: np.ndarray) -> tuple[float, float]:
-        """(penetration of S's solid into T's, into the floor or scene edges), m. S's solid is
-        sampled every 3/4 wall radius along its centreline (error < 0.08 radius)."""
+    def _penetration(self, m: _Member, pose: np.ndarray,
+                     t_pose: np.ndarray) -> tuple[float, float, float]:
+        """(penetration of S's solid into T's, into the floor or scene edges, into the deepest
+        obstacle), m. S's solid is sampled every 3/4 wall radius along its centreline (error <
+        0.08 radius)."""
         r = m.source.radius
         near_t = (pose[0] - t_pose[0]) ** 2 + (pose[1] - t_pose[1]) ** 2 < m.s_reach ** 2
         R = m.s_bound
         W, H = DOMAIN
         near_edge = not (R <= pose[0] <= W - R and R <= pose[1] <= H - R)
-        if not (near_t or near_edge):
-            return 0.0, 0.0
+        near_o = bool(m.obst) and any(_box_distance(pose[0], pose[1], o) < R for o in m.obst)
+        if not (near_t or near_edge or near_o):
+            return 0.0, 0.0, 0.0
         pts = to_world(m.solid_pts, pose)
         pen_e = 0.0
         if near_edge:
@@ -614,15 +707,42 @@ class PourBatch:
         pen_t = 0.0
         if near_t:
             pen_t = max(0.0, r - m.t_walls.min_distance(pts - t_pose[:2]))  # T is never rotated
-        return pen_t, pen_e
+        pen_o = self._obstacle_penetration(m, pose, pts) if near_o else 0.0
+        return pen_t, pen_e, pen_o
+
+    def _obstacle_penetration(self, m: _Member, pose: np.ndarray,
+                              pts: np.ndarray | None = None) -> float:
+        """Penetration (m) of S's solid at ``pose`` into the deepest obstacle (``pts``: S's
+        sampled solid at that pose, if already computed)."""
+        # S's solid lies within s_bound of its frame origin: a box further away cannot touch it
+        near = [o for o in m.obst if _box_distance(pose[0], pose[1], o) < m.s_bound]
+        if not near:
+            return 0.0
+        if pts is None:
+            pts = to_world(m.solid_pts, pose)
+        return max(0.0, max(m.source.radius - float(_box_sdf(pts, o).min()) for o in near))
+
+    def _swept_obstacle_penetration(self, m: _Member, cur: np.ndarray, p: np.ndarray) -> float:
+        """Deepest penetration (m) of S's solid into an obstacle at the poses between ``cur`` and
+        ``p``, sampled so that no solid point moves further than ``m.obst_step`` between two of
+        them (a move of up to 2.5 cm could otherwise jump over a thin box)."""
+        d = p - cur
+        travel = math.hypot(d[0], d[1]) + m.s_bound * abs(d[2])  # of any point of S's solid, m
+        n = math.ceil(travel / m.obst_step)
+        pen = 0.0
+        for k in range(1, n):
+            pen = max(pen, self._obstacle_penetration(m, cur + (k / n) * d))
+        return pen
 
     def _clip_move(self, m: _Member, delta: np.ndarray, t_next: np.ndarray):
         """S's next pose under the displacement ``delta``; components that would push S's solid
-        deeper into T's, the floor or the scene's edges are dropped.
+        deeper into T's, an obstacle (at the new pose or on the way), the floor or the scene's
+        edges are dropped.
 
-        Returns (pose, clipped, penetration of S into T at that pose)."""
+        Returns (pose, clipped, penetration of S into T or an obstacle at that pose)."""
         cur = m.s_pose
-        # fast path in Python floats (same arithmetic as the arrays): S far from T and the edges
+        # fast path in Python floats (same arithmetic as the arrays): S far from T, the edges and
+        # the obstacles (from every pose on the way: the margin is the move's length)
         c0, c1, c2 = cur.tolist()
         d0, d1, d2 = delta.tolist()
         px, py, th_raw = c0 + d0, c1 + d1, c2 + d2
@@ -630,26 +750,39 @@ class PourBatch:
         ex, ey = px - float(t_next[0]), py - float(t_next[1])
         R = m.s_bound
         W, H = DOMAIN
-        if (not ex * ex + ey * ey < m.s_reach ** 2) and R <= px <= W - R and R <= py <= H - R:
+        if (not ex * ex + ey * ey < m.s_reach ** 2) and R <= px <= W - R and R <= py <= H - R and \
+                not any(_box_distance(px, py, o) < R + abs(d0) + abs(d1) for o in m.obst):
             return np.array([px, py, th]), bool(th != th_raw), 0.0
+        sweep = bool(m.obst)
+
+        def depth(p: np.ndarray) -> tuple[float, float, float]:
+            pen_t, pen_e, pen_o = self._penetration(m, p, t_next)
+            if sweep:
+                pen_o = max(pen_o, self._swept_obstacle_penetration(m, cur, p))
+            return pen_t, pen_e, pen_o
+
         p = cur + delta
         p[2] = min(max(p[2], -TILT_LIMIT), TILT_LIMIT)
-        pen_t, pen_e = self._penetration(m, p, t_next)
-        if pen_t == 0.0 and pen_e == 0.0:
+        pen_t, pen_e, pen_o = depth(p)
+        if pen_t == 0.0 and pen_e == 0.0 and pen_o == 0.0:
             return p, bool(p[2] != cur[2] + delta[2]), 0.0
-        p0_t, p0_e = self._penetration(m, cur, t_next)
-        if pen_t <= p0_t + _EPS and pen_e <= p0_e:
-            return p, True, pen_t
+        p0_t, p0_e, p0_o = self._penetration(m, cur, t_next)
+
+        def allowed(pen_t: float, pen_e: float, pen_o: float) -> bool:
+            return pen_t <= p0_t + _EPS and pen_e <= p0_e and pen_o <= p0_o + _EPS
+
+        if allowed(pen_t, pen_e, pen_o):
+            return p, True, max(pen_t, pen_o)
         for mask in ((1, 0, 1), (1, 1, 0), (0, 1, 1), (1, 0, 0), (0, 0, 1), (0, 1, 0)):
             mk = np.array(mask, float)
             if not np.any(mk * delta):
                 continue
             p = cur + mk * delta
             p[2] = min(max(p[2], -TILT_LIMIT), TILT_LIMIT)
-            pen_t, pen_e = self._penetration(m, p, t_next)
-            if pen_t <= p0_t + _EPS and pen_e <= p0_e:
-                return p, True, pen_t
-        return cur.copy(), bool(np.any(delta != 0)), p0_t
+            pen_t, pen_e, pen_o = depth(p)
+            if allowed(pen_t, pen_e, pen_o):
+                return p, True, max(pen_t, pen_o)
+        return cur.copy(), bool(np.any(delta != 0)), max(p0_t, p0_o)
 
     # ------------------------------------------------------------------ features
     def _frame(self, m: _Member, loc: np.ndarray) -> np.ndarray:
@@ -728,11 +861,12 @@ class PourBatch:
         """Advance the active members by one control step under their actions in [-1, 1]^3."""
         w, dt = self.world, CONTROL_DT
         B, members = self.B, self.members
-        poses = np.empty((B, 2, 3))          # (member, body: SOURCE, TARGET, x y theta)
-        vels = np.zeros((B, 2, 3))
+        poses = np.empty((B, N_BODIES, 3))   # (member, body: SOURCE, TARGET, obstacles, x y theta)
+        vels = np.zeros((B, N_BODIES, 3))    # obstacles are static
         for b, m in enumerate(members):
             poses[b, SOURCE] = m.s_pose
             poses[b, TARGET] = m.t_pose
+            poses[b, OBSTACLE_HANDLES[0]:] = m.obst_poses
         acts = np.asarray(actions, np.float64)
         if not np.isfinite(acts).all():
             acts = np.nan_to_num(acts)
@@ -862,7 +996,8 @@ class PourBatch:
                 if len(pts) > 1:
                     lines.append((pts, _render.PARABOLA_COLOUR))
         return _render.render_scene(size_hw, DOMAIN, bodies, x, v,
-                                    particle_size=1.2 * w.spacing, polylines=lines)
+                                    particle_size=1.2 * w.spacing, polylines=lines,
+                                    boxes=m.task.obstacles)
 
 
 # ---------------------------------------------------------------------- the env

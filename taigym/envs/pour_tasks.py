@@ -29,8 +29,10 @@ velocity                                            at 0-0.2 m/s and the liquid 
 =====================  ===========================  =========================================
 
 The domain is :data:`DOMAIN` = 0.8 m x 0.5 m; its edges are solid (the bottom one is the
-floor). ``taigym.envs.tasks("pour", split)`` gives 1000 train and 100 eval tasks drawn from
-fixed seeds with ``Generator.random`` only, so the lists are identical on every machine.
+floor). A task may also hold up to :data:`MAX_OBSTACLES` static boxes (``obstacles``, e.g. seed
+000's tall block between S and T); sampled tasks and the fixed splits have none.
+``taigym.envs.tasks("pour", split)`` gives 1000 train and 100 eval tasks drawn from fixed seeds
+with ``Generator.random`` only, so the lists are identical on every machine.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ LIQUID_VELOCITIES = ("zero", "follow")
 MAX_TARGET_SPEED = 0.3              #: m/s, sampled speeds of T
 MAX_VISCOSITY = 0.5                 #: Pa s, upper limit accepted anywhere (honey-like)
 SPLIT_SIZES = {"train": 1000, "eval": 100}
+MAX_OBSTACLES = 2                   #: static boxes per task (the env's world has this many slots)
+OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
 _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
 
 
@@ -87,6 +91,32 @@ def _params(name: str, value: Any) -> tuple[tuple[str, float], ...]:
     return out
 
 
+def _obstacles(value: Any) -> tuple[tuple[float, float, float, float], ...]:
+    """Validated ``obstacles``: at most MAX_OBSTACLES boxes (x_centre, y_centre, width, height)
+    in m, finite, sized in OBSTACLE_SIZE and inside the domain."""
+    lo, hi = OBSTACLE_SIZE
+    W, H = DOMAIN
+    form = (f"obstacles must be at most {MAX_OBSTACLES} boxes (x_centre, y_centre, width, height) "
+            f"in m with width and height in [{lo:g}, {hi:g}], inside the domain [0, {W:g}] x "
+            f"[0, {H:g}]")
+    try:
+        a = np.asarray(value if len(value) else np.zeros((0, 4)), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{form}; got {value!r}") from None
+    if a.ndim != 2 or a.shape[1] != 4 or len(a) > MAX_OBSTACLES or not np.all(np.isfinite(a)):
+        raise ValueError(f"{form}; got {value!r}")
+    tol = 1e-9
+    for i, (x, y, w, h) in enumerate(a.tolist()):
+        if not (lo <= w <= hi and lo <= h <= hi):
+            raise ValueError(f"obstacles[{i}]: width and height must be in [{lo:g}, {hi:g}] m, "
+                             f"got {w!r} x {h!r}")
+        if not (x - 0.5 * w >= -tol and x + 0.5 * w <= W + tol and y - 0.5 * h >= -tol
+                and y + 0.5 * h <= H + tol):
+            raise ValueError(f"obstacles[{i}]: the box must lie inside the domain [0, {W:g}] x "
+                             f"[0, {H:g}] m, got centre ({x!r}, {y!r}), size {w!r} x {h!r}")
+    return tuple(tuple(row) for row in a.tolist())
+
+
 def reflect(p0: float, v: float, t: float, lo: float, hi: float) -> tuple[float, float]:
     """Position and velocity at time t of a point starting at p0 with velocity v that bounces
     elastically between lo and hi (a triangle wave)."""
@@ -107,6 +137,8 @@ class PourTask:
     shape parameters (see ``taigym.sim.container``); the wall thickness is the env's (it depends
     on the grid resolution). ``target_bounds`` = (x_lo, x_hi, y_lo, y_hi) is the box in which
     T's frame origin moves at ``target_velocity``, bouncing elastically off its sides.
+    ``obstacles`` are static solid boxes (x_centre, y_centre, width, height) in m, at most
+    :data:`MAX_OBSTACLES`; a block standing on the floor has y_centre = height / 2.
     """
 
     source_container: str = "rect"
@@ -125,6 +157,7 @@ class PourTask:
     fill: float = 0.6
     viscosity: float = 1e-3
     liquid_velocity: str = "zero"
+    obstacles: tuple[tuple[float, float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         set_ = functools.partial(object.__setattr__, self)
@@ -160,6 +193,7 @@ class PourTask:
         if self.liquid_velocity not in LIQUID_VELOCITIES:
             raise ValueError(f"liquid_velocity must be one of {LIQUID_VELOCITIES}, "
                              f"got {self.liquid_velocity!r}")
+        set_("obstacles", _obstacles(self.obstacles))
 
     # ------------------------------------------------------------------ geometry
     def source_shape(self, wall_thickness: float = 0.01):
@@ -175,6 +209,12 @@ class PourTask:
 
         return container(self.target_container, self.target_width, self.target_height,
                          wall_thickness=wall_thickness, **dict(self.target_params))
+
+    def obstacle_boxes(self) -> list:
+        """The obstacles as (``taigym.sim.Box``, pose (x, y, 0)) pairs, poses in m."""
+        from taigym.sim import Box
+
+        return [(Box(w, h), np.array([x, y, 0.0])) for x, y, w, h in self.obstacles]
 
     def target_pose_at(self, t: float) -> np.ndarray:
         """T's pose (x, y, 0) at time t (s): constant velocity, elastic bounces in target_bounds."""
@@ -197,6 +237,8 @@ class PourTask:
         for k, v in d.items():
             if k.endswith("_params"):
                 d[k] = {name: val for name, val in v}
+            elif k == "obstacles":
+                d[k] = [list(box) for box in v]
             elif isinstance(v, tuple):
                 d[k] = list(v)
         return d
@@ -212,7 +254,7 @@ class PourTask:
         kw = {}
         for k, v in d.items():
             kw[k] = tuple(sorted(dict(v).items())) if k.endswith("_params") else \
-                tuple(v) if isinstance(v, list) else v
+                v if k == "obstacles" else tuple(v) if isinstance(v, list) else v
         return cls(**kw)
 
     def to_json(self) -> str:
@@ -304,7 +346,10 @@ def _split(split: str) -> tuple[PourTask, ...]:
 
 
 def fingerprint(tasks) -> str:
-    """SHA-256 of the tasks' fields rounded to 1e-9 (robust to last-bit libm differences)."""
+    """SHA-256 of the tasks' fields rounded to 1e-9 (robust to last-bit libm differences).
+
+    ``obstacles`` is left out when empty (it was added later), so the digests of obstacle-free
+    tasks, e.g. the fixed splits', are those recorded before it existed."""
     import hashlib
 
     def rounded(v):
@@ -316,7 +361,13 @@ def fingerprint(tasks) -> str:
             return [rounded(x) for x in v]
         return v
 
-    text = json.dumps([rounded(t.to_dict()) for t in tasks], sort_keys=True)
+    def fields(t: PourTask) -> dict:
+        d = t.to_dict()
+        if not d["obstacles"]:
+            del d["obstacles"]
+        return d
+
+    text = json.dumps([rounded(fields(t)) for t in tasks], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -57,7 +57,9 @@ class PourVectorEnv(VectorEnv):
         self._batch.reset_member(b, task, int(rng.integers(2 ** 31)))
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
+        # Gymnasium's VectorEnv seeds its own generator from a Python int only; per-member seeds
+        # (a list) are handled below
+        super().reset(seed=int(seed) if isinstance(seed, (int, np.integer)) else None)
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         tasks = options.pop("task", None)
