@@ -73,7 +73,7 @@ def test_registration_does_not_initialise_taichi():
     (dict(n_particles=0), "n_particles"), (dict(heightfield_bins=1), "heightfield_bins"),
     (dict(image_size=(4, 4)), "image_size"), (dict(spill_penalty=-1), "spill_penalty"),
     (dict(task_split="test"), "task_split"), (dict(arch="tpu"), "arch"), (dict(colour="red"), "colour"),
-    (dict(fidelity="simplified"), "fidelity"), (dict(task_split="eval", fill=0.5), "task_split"),
+    (dict(fidelity="coarse"), "fidelity"), (dict(task_split="eval", fill=0.5), "task_split"),
 ])
 @pytest.mark.filterwarnings("ignore:.*render_mode")
 def test_invalid_arguments_raise_value_error_naming_them(kw, name):
@@ -484,7 +484,7 @@ def test_agents_make_and_act(env):
     with pytest.raises(ValueError, match="available"):
         taigym.agents.make("oracle", env)
     with pytest.raises(ValueError, match="not implemented"):
-        taigym.agents.make("sqp", env)
+        taigym.agents.make("sfrrt", env)
     with pytest.raises(ValueError, match="accepted"):
         taigym.agents.make("scripted", env, speed=3)
     obs, info = env.reset(seed=0)

@@ -1,7 +1,7 @@
 """taigym.agents: everything that acts in an env, behind one protocol (``reset``, ``act``).
 
-``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``.
-Planned (DESIGN.md §2): ``sqp``, ``sfrrt``, ``cmaes``, ``stance``, ``bc``, ``dagger``, ``rh``,
+``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``.
+Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``bc``, ``dagger``, ``rh``,
 ``ppo``, ``sac``.
 """
 
@@ -14,8 +14,9 @@ from .base import Agent, evaluate, metrics_table, run_episode, summarise
 _REGISTRY = {
     "random": "taigym.agents.random:RandomAgent",
     "scripted": "taigym.agents.scripted:ScriptedAgent",
+    "sqp": "taigym.agents.sqp:SQPAgent",
 }
-PLANNED = ("sqp", "sfrrt", "cmaes", "stance", "bc", "dagger", "rh", "ppo", "sac")
+PLANNED = ("sfrrt", "cmaes", "stance", "bc", "dagger", "rh", "ppo", "sac")
 
 
 def register(name: str, target: str) -> None:

@@ -1,6 +1,6 @@
 """The main job: a small benchmark of taigym's agents on Pour-v0 eval tasks.
 
-    python -m taigym.apps.demo --out out/demo [--episodes 5] [--agents scripted random]
+    python -m taigym.apps.demo --out out/demo [--episodes 5] [--agents sqp scripted random]
 
 Runs every agent on the first ``--episodes`` tasks of the fixed eval split, prints a Markdown
 table (success with its 95 % interval, liquid in the target, spilled, per-decision latency) and
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"))
     ap.add_argument("--episodes", type=int, default=5)
-    ap.add_argument("--agents", nargs="+", default=["scripted", "random"])
+    ap.add_argument("--agents", nargs="+", default=["sqp", "scripted", "random"])
     ap.add_argument("--video-episodes", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -106,6 +106,17 @@ exactly. ``resolution`` is the number of grid cells across the 0.8 m scene (64-5
 ("particles"). Closed envs hand their solver to the next env built with the same resolution
 and batch size, which saves Taichi's kernel compilation. The batched version is
 ``gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point")``.
+
+## Fidelity
+
+``fidelity="particles"`` (default) simulates the liquid with the FLIP solver.
+``fidelity="simplified"`` replaces it with seed 000's reduced model (``taigym.envs.
+pour_simplified``): the liquid in S is its volume and mean outflow speed, identified from FLIP
+pours (``scripts/sysid_pour.py``); what leaves S follows the outflow parabola and counts as in T
+if it comes down through T's opening, else as spilled once it lands. Same spaces, moves,
+clipping, rewards and info keys (``n_particles`` is 0); no ``particles`` observation; the
+heightfield and lip heights come from the flat free surface that holds the volume. Thousands of
+steps per second, for RL and for planning.
 """
 
 from __future__ import annotations
@@ -131,6 +142,7 @@ SUCCESS_IN_TARGET = 0.9
 SUCCESS_MAX_SPILLED = 0.05
 HISTORY = 4                                       # frames of heightfield / lip height
 OBS_MODES = ("features", "lip", "particles", "rgb")
+FIDELITIES = ("particles", "simplified")
 SETTLE_SPEED = 0.05                               # m/s: slower liquid outside containers is spilled
 SOURCE, TARGET = 0, 1                             # body handles in the world
 OBSTACLE_HANDLES = tuple(range(2, 2 + MAX_OBSTACLES))  # static boxes, after S and T, always there
@@ -233,9 +245,12 @@ class PourConfig:
             set_(name, (int(v[0]), int(v[1])))
         set_("spill_penalty", _check_number("spill_penalty", self.spill_penalty, 0.0, 1e6))
         set_("smoothness_penalty", _check_number("smoothness_penalty", self.smoothness_penalty, 0.0, 1e6))
-        if self.fidelity != "particles":
-            raise ValueError(f"fidelity must be 'particles' (the FLIP solver; a simplified model is "
-                             f"not available for Pour-v0 yet), got {self.fidelity!r}")
+        if self.fidelity not in FIDELITIES:
+            raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or seed 000's "
+                             f"reduced model), got {self.fidelity!r}")
+        if self.fidelity == "simplified" and self.obs_mode == "particles":
+            raise ValueError("obs_mode='particles' needs fidelity='particles': the simplified "
+                             "model has no particles")
         if self.arch not in ("cpu", "gpu", "cuda"):
             raise ValueError(f"arch must be 'cpu', 'gpu' or 'cuda', got {self.arch!r}")
 
@@ -392,6 +407,13 @@ def _box_sdf(pts: np.ndarray, box: tuple) -> np.ndarray:
     return np.hypot(np.maximum(qx, 0.0), np.maximum(qy, 0.0)) + np.minimum(np.maximum(qx, qy), 0.0)
 
 
+def _solid_box(shape) -> tuple[float, float, float, float]:
+    """(x_min, y_min, x_max, y_max) of a container's wall solid in its own frame (m)."""
+    w = np.asarray(shape.walls)
+    lo, hi = w.min(axis=0) - shape.radius, w.max(axis=0) + shape.radius
+    return float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])
+
+
 def _shape_features(shape) -> np.ndarray:
     onehot = [float(shape.shape == s) for s in ALL_SHAPES]
     p = shape.params
@@ -468,7 +490,7 @@ class _Member:
         self.source = self.target = None
         self.s_region = self.t_region = None
         self.t_walls = None
-        self.s_reach = 0.0             # bounding radius of S plus T's (m)
+        self.s_box = self.t_box = (0.0, 0.0, 0.0, 0.0)  # solids' bounding boxes, own frames (m)
         self.t_half_width = 0.0
         self.s_bound = 0.0
         self.t_oc = self.s_oc = np.zeros(2)
@@ -565,22 +587,28 @@ class PourBatch:
         return m.v
 
     # ------------------------------------------------------------------ reset
-    def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
-        from taigym.sim import Box
-
+    def _prepare(self, task: PourTask):
+        """(S, T, S's liquid lattice, S's solid sampled along its walls, obstacles as (x, y,
+        half width, half height)) of a task, checked before anything changes, so that a failed
+        reset leaves the member as it was (any fidelity)."""
         cfg = self.cfg
         source = task.source_shape(cfg.wall_thickness)
         target = task.target_shape(cfg.wall_thickness)
-        # checked before the world changes, so that a failed reset leaves the member as it was
         fill_pts = source.fill_points(task.fill, 0.5 * cfg.dx)  # World2D.spacing
-        needed = len(fill_pts)
-        if needed > cfg.capacity:
-            raise ValueError(f"the task needs {needed} particles but max_particles={cfg.capacity}; "
-                             f"pass a larger max_particles to gym.make")
         solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
         obst = [(x, y, 0.5 * wd, 0.5 * ht) for x, y, wd, ht in task.obstacles]
         if obst:
             self._check_obstacles(task, source, target, solid_pts, fill_pts, obst)
+        return source, target, fill_pts, solid_pts, obst
+
+    def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
+        from taigym.sim import Box
+
+        cfg = self.cfg
+        source, target, fill_pts, solid_pts, obst = self._prepare(task)
+        if len(fill_pts) > cfg.capacity:
+            raise ValueError(f"the task needs {len(fill_pts)} particles but max_particles="
+                             f"{cfg.capacity}; pass a larger max_particles to gym.make")
         self._ensure_world(task)
         w, m = self.world, self.members[b]
         s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
@@ -600,6 +628,20 @@ class PourBatch:
         w.set_viscosity(task.viscosity, member=b)
         w.reseed(jitter_seed, member=b)
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
+        m = self._init_member(b, task, source, target, solid_pts, obst)
+        m.n = w.particle_count(b)
+        x = np.nan_to_num(w.positions(b))
+        m.x, m.prev_x, m.v = x, x, None
+        m.earned = np.zeros(m.n)
+        m.in_t = m.t_region.inside(to_local(x, m.t_pose))
+        loc_s = to_local(x, m.s_pose)
+        fr = self._fractions(m, x, m.s_region.inside(loc_s), x)
+        self._finish_reset(b, fr, self._frame(m, loc_s))
+
+    def _init_member(self, b: int, task: PourTask, source, target, solid_pts: np.ndarray,
+                     obst: list[tuple]) -> _Member:
+        """Member b's geometry, poses, clock and per-task state vector (any fidelity)."""
+        m = self.members[b]
         m.task, m.source, m.target = task, source, target
         m.s_region, m.t_region = _Region(source), _Region(target)
         m.solid_pts = solid_pts
@@ -609,32 +651,36 @@ class PourBatch:
         m.obst_step = min((source.radius + min(hx, hy) for _, _, hx, hy in obst), default=math.inf)
         m.t_walls = _Walls(target)
         m.s_bound = source.bounding_radius
-        m.s_reach = m.s_bound + target.bounding_radius
+        m.s_box = _solid_box(source)
+        m.t_box = _solid_box(target)
         lip_l, lip_r = target.lips
         m.t_half_width = 0.5 * float(np.linalg.norm(lip_r - lip_l))
         m.t_oc, m.s_oc = target.opening_centre, source.opening_centre
         m.s_pose = np.array(task.source_pose, dtype=np.float64)
-        m.s_vel = s_vel
+        m.s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
         m.t_pose = task.target_pose_at(0.0)
         m.t_vel = task.target_velocity_at(0.0)
         m.time, m.steps, m.unstable = 0.0, 0, False
-        m.prev_action = np.clip(s_vel * CONTROL_DT / ACTION_SCALE, -1, 1)
-        m.n = w.particle_count(b)
-        x = np.nan_to_num(w.positions(b))
-        m.x, m.prev_x, m.v = x, x, None
-        m.earned = np.zeros(m.n)
-        m.max_tilt = source.max_tilt_angle(task.fill)
+        m.prev_action = np.clip(m.s_vel * CONTROL_DT / ACTION_SCALE, -1, 1)
+        m.max_tilt = self._max_tilt(source, task)
         m.state_buf = np.concatenate([
             np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
             [0.0],  # time, filled in per step
             _shape_features(source), [m.max_tilt], _shape_features(target),
             np.ravel(task.obstacles), np.zeros(4 * (MAX_OBSTACLES - len(obst)))])
-        m.obs_buf = np.concatenate([m.state_buf, np.zeros(HISTORY * len(self._frame(m, x[:0])))])
-        m.in_t = m.t_region.inside(to_local(x, m.t_pose))
-        loc_s = to_local(x, m.s_pose)
-        fr = self._fractions(m, x, m.s_region.inside(loc_s), x)
+        m.obs_buf = np.concatenate([m.state_buf, np.zeros(HISTORY * self._frame_size())])
+        return m
+
+    def _max_tilt(self, source, task: PourTask) -> float:
+        return source.max_tilt_angle(task.fill)
+
+    def _frame_size(self) -> int:
+        return {"features": self.cfg.heightfield_bins, "lip": 2}.get(self.cfg.obs_mode, 0)
+
+    def _finish_reset(self, b: int, fr: dict, frame: np.ndarray) -> None:
+        m = self.members[b]
         m.spilled = fr["spilled"]
-        m.hist = np.repeat(self._frame(m, loc_s)[None], HISTORY, axis=0)
+        m.hist = np.repeat(np.asarray(frame, np.float64)[None], HISTORY, axis=0)
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
 
@@ -686,16 +732,30 @@ class PourBatch:
         return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
                 "in_flight": (m.n - n_s - n_t - n_sp) / n}
 
+    @staticmethod
+    def _near(m: _Member, x: float, y: float, theta: float, t_pose) -> tuple[bool, bool]:
+        """(S's solid may touch T's, S's solid may cross the scene's edges) at pose (x, y,
+        theta): a broad phase on bounding boxes (S's local one rotated, so conservative)."""
+        c, s = math.cos(theta), math.sin(theta)
+        x0, y0, x1, y1 = m.s_box
+        xs = (c * x0 - s * y0, c * x1 - s * y0, c * x0 - s * y1, c * x1 - s * y1)
+        ys = (s * x0 + c * y0, s * x1 + c * y0, s * x0 + c * y1, s * x1 + c * y1)
+        sx0, sx1, sy0, sy1 = x + min(xs), x + max(xs), y + min(ys), y + max(ys)
+        tx, ty = float(t_pose[0]), float(t_pose[1])
+        a0, b0, a1, b1 = m.t_box
+        near_t = sx0 < tx + a1 and tx + a0 < sx1 and sy0 < ty + b1 and ty + b0 < sy1
+        W, H = DOMAIN
+        return near_t, (sx0 < 0.0 or sy0 < 0.0 or sx1 > W or sy1 > H)
+
     def _penetration(self, m: _Member, pose: np.ndarray,
                      t_pose: np.ndarray) -> tuple[float, float, float]:
         """(penetration of S's solid into T's, into the floor or scene edges, into the deepest
         obstacle), m. S's solid is sampled every 3/4 wall radius along its centreline (error <
         0.08 radius)."""
         r = m.source.radius
-        near_t = (pose[0] - t_pose[0]) ** 2 + (pose[1] - t_pose[1]) ** 2 < m.s_reach ** 2
+        near_t, near_edge = self._near(m, float(pose[0]), float(pose[1]), float(pose[2]), t_pose)
         R = m.s_bound
         W, H = DOMAIN
-        near_edge = not (R <= pose[0] <= W - R and R <= pose[1] <= H - R)
         near_o = bool(m.obst) and any(_box_distance(pose[0], pose[1], o) < R for o in m.obst)
         if not (near_t or near_edge or near_o):
             return 0.0, 0.0, 0.0
@@ -747,10 +807,9 @@ class PourBatch:
         d0, d1, d2 = delta.tolist()
         px, py, th_raw = c0 + d0, c1 + d1, c2 + d2
         th = min(max(th_raw, -TILT_LIMIT), TILT_LIMIT)
-        ex, ey = px - float(t_next[0]), py - float(t_next[1])
         R = m.s_bound
-        W, H = DOMAIN
-        if (not ex * ex + ey * ey < m.s_reach ** 2) and R <= px <= W - R and R <= py <= H - R and \
+        near_t, near_edge = self._near(m, px, py, th, t_next)
+        if not (near_t or near_edge) and \
                 not any(_box_distance(px, py, o) < R + abs(d0) + abs(d1) for o in m.obst):
             return np.array([px, py, th]), bool(th != th_raw), 0.0
         sweep = bool(m.obst)
@@ -857,6 +916,23 @@ class PourBatch:
         return self.render(b, cfg.image_size, parabola=False)
 
     # ------------------------------------------------------------------ step
+    def _moves(self, actions: np.ndarray, active: np.ndarray) -> list[tuple]:
+        """The active members' moves under actions in [-1, 1]^3: (member, action, S's next pose,
+        S's velocity, T's next pose, clipped, S's penetration into T) each."""
+        dt, members = CONTROL_DT, self.members
+        acts = np.asarray(actions, np.float64)
+        if not np.isfinite(acts).all():
+            acts = np.nan_to_num(acts)
+        acts = np.minimum(np.maximum(acts, -1.0), 1.0)
+        deltas = acts * ACTION_SCALE
+        plans = []
+        for b in (range(self.B) if active.all() else np.flatnonzero(active).tolist()):
+            m = members[b]
+            t_next = m.task.target_pose_at(m.time + dt)
+            s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
+            plans.append((b, acts[b], s_next, (s_next - m.s_pose) / dt, t_next, clipped, pen))
+        return plans
+
     def step(self, actions: np.ndarray, active: np.ndarray) -> None:
         """Advance the active members by one control step under their actions in [-1, 1]^3."""
         w, dt = self.world, CONTROL_DT
@@ -867,20 +943,10 @@ class PourBatch:
             poses[b, SOURCE] = m.s_pose
             poses[b, TARGET] = m.t_pose
             poses[b, OBSTACLE_HANDLES[0]:] = m.obst_poses
-        acts = np.asarray(actions, np.float64)
-        if not np.isfinite(acts).all():
-            acts = np.nan_to_num(acts)
-        acts = np.minimum(np.maximum(acts, -1.0), 1.0)
-        deltas = acts * ACTION_SCALE
-        plans = []
-        for b in (range(B) if active.all() else np.flatnonzero(active).tolist()):
-            m = members[b]
-            t_next = m.task.target_pose_at(m.time + dt)
-            s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
-            s_vel = (s_next - m.s_pose) / dt
+        plans = self._moves(actions, active)
+        for b, _, _, s_vel, t_next, _, _ in plans:
             vels[b, SOURCE] = s_vel
-            vels[b, TARGET] = (t_next - m.t_pose) / dt
-            plans.append((b, acts[b], s_next, s_vel, t_next, clipped, pen))
+            vels[b, TARGET] = (t_next - members[b].t_pose) / dt
         w.set_poses(poses, vels)
         w.advance(dt)
         unstable = w.unstable_members().tolist()
@@ -889,15 +955,19 @@ class PourBatch:
             x = np.nan_to_num(xs[b]) if unstable[b] else xs[b]
             self._after_step(b, x, a, s_next, s_vel, t_next, clipped, pen, bool(unstable[b]))
 
-    def _after_step(self, b: int, x: np.ndarray, a, s_next, s_vel, t_next, clipped: bool, pen: float,
-                    unstable: bool) -> None:
-        cfg, m = self.cfg, self.members[b]
-        t_prev_pose = m.t_pose
+    def _advance_clock(self, m: _Member, s_next, s_vel, t_next) -> None:
+        """Move member m's poses, velocities and clock on by one control step."""
         m.s_vel = s_vel
         m.t_vel = m.task.target_velocity_at(m.time + CONTROL_DT)
         m.s_pose, m.t_pose = s_next, t_next
         m.time += CONTROL_DT
         m.steps += 1
+
+    def _after_step(self, b: int, x: np.ndarray, a, s_next, s_vel, t_next, clipped: bool, pen: float,
+                    unstable: bool) -> None:
+        m = self.members[b]
+        t_prev_pose = m.t_pose
+        self._advance_clock(m, s_next, s_vel, t_next)
         m.unstable = unstable
         prev_x = m.prev_x
         m.x, m.prev_x, m.v = x, x, None
@@ -929,16 +999,22 @@ class PourBatch:
         m.in_t = in_t
         loc_s = to_local(x, m.s_pose)
         fr = self._fractions(m, x, m.s_region.inside(loc_s), prev_x)
-        r_target = r / max(m.n, 1)
+        frame = self._frame(m, loc_s) if self.cfg.obs_mode in ("features", "lip") else None
+        self._finish_step(b, a, fr, r / max(m.n, 1), frame, clipped, pen)
+
+    def _finish_step(self, b: int, a, fr: dict, r_target: float, frame, clipped: bool,
+                     pen: float) -> None:
+        """Rewards, observation history and info of member b's step (any fidelity)."""
+        cfg, m = self.cfg, self.members[b]
         r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
         da = a - m.prev_action
         r_smooth = -cfg.smoothness_penalty * float(da @ da)
         m.spilled = fr["spilled"]
         m.prev_action = a
-        if cfg.obs_mode in ("features", "lip"):
+        if frame is not None:
             hist = m.hist
             hist[1:] = hist[:-1]                    # newest first (overlapping copy is safe)
-            hist[0] = self._frame(m, loc_s)
+            hist[0] = frame
         m.info = self._info(b, fr, r_target=r_target, r_spill=r_spill, r_smooth=r_smooth,
                             clipped=clipped, collision=pen > 1e-4)
 
@@ -1000,6 +1076,15 @@ class PourBatch:
                                     boxes=m.task.obstacles)
 
 
+def make_batch(cfg: PourConfig, batch_size: int = 1) -> PourBatch:
+    """The batch of the config's fidelity: the FLIP solver or seed 000's reduced model."""
+    if cfg.fidelity == "simplified":
+        from .pour_simplified import SimplifiedPourBatch
+
+        return SimplifiedPourBatch(cfg, batch_size)
+    return PourBatch(cfg, batch_size)
+
+
 # ---------------------------------------------------------------------- the env
 class PourEnv(gym.Env):
     __doc__ = __doc__
@@ -1010,7 +1095,7 @@ class PourEnv(gym.Env):
         self.render_mode = self.cfg.render_mode
         self.action_space = action_space()
         self.observation_space = observation_space(self.cfg)
-        self._batch = PourBatch(self.cfg, 1)
+        self._batch = make_batch(self.cfg, 1)
         self._needs_reset = True
 
     # public read-outs for experts, scripts and tests

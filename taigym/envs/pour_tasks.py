@@ -377,3 +377,24 @@ def pour_tasks(split: str = "train") -> tuple[PourTask, ...]:
     if split not in SPLIT_SIZES:
         raise ValueError(f"split must be one of {tuple(SPLIT_SIZES)}, got {split!r}")
     return _split(split)
+
+
+def seed000_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
+    """Seed 000's two benchmark scenes (its Fig. 1 and Table I) at kitchen scale, static T:
+
+    * ``far``: T 40 cm from S across the table; S must carry the liquid there and pour.
+    * ``block``: a 26 cm tall block stands between S and T; S must lift over it and pour past it.
+
+    S is a bottle (``oval``: 4 cm neck on an 8 cm body, 12 cm tall), as the paper's source, filled
+    to 0.6; T a 10 cm x 8 cm cup.
+    """
+    common = dict(source_container="oval", source_width=0.04, source_height=0.12,
+                  source_params={"body_width": 0.08, "neck_height": 0.03},
+                  target_container="rect", target_width=0.10, target_height=0.08,
+                  target_velocity=(0.0, 0.0), fill=0.6, viscosity=viscosity,
+                  liquid_velocity="zero")
+    return {
+        "far": PourTask(**common, source_pose=(0.18, 0.22, 0.0), target_position=(0.58, 0.05)),
+        "block": PourTask(**common, source_pose=(0.16, 0.22, 0.0), target_position=(0.56, 0.05),
+                          obstacles=((0.36, 0.13, 0.04, 0.26),)),
+    }

@@ -16,7 +16,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from .pour import (CONTROL_DT, PourBatch, action_space, as_task, make_config,
+from .pour import (CONTROL_DT, make_batch, action_space, as_task, make_config,
                    observation_space)
 
 
@@ -36,7 +36,7 @@ class PourVectorEnv(VectorEnv):
         self.single_observation_space = observation_space(self.cfg)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self._batch = PourBatch(self.cfg, self.num_envs)
+        self._batch = make_batch(self.cfg, self.num_envs)
         self._rngs = [None] * self.num_envs
         self._prev_done = np.zeros(self.num_envs, bool)
         self._obs_buf = create_empty_array(self.single_observation_space, self.num_envs)
@@ -144,7 +144,7 @@ class PourVectorEnv(VectorEnv):
         return infos
 
     def render(self):
-        if self.render_mode != "rgb_array" or self._batch.world is None:
+        if self.render_mode != "rgb_array" or any(m.task is None for m in self._batch.members):
             return None
         return tuple(self._batch.render(b, self.cfg.render_size) for b in range(self.num_envs))
 

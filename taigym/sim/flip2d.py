@@ -753,13 +753,19 @@ class Flip2D:
             self.body_vel[b, k] = ti.Vector([state[b, k, 3], state[b, k, 4], state[b, k, 5]])
 
     @ti.kernel
-    def read_diagnostics(self, out: ti.types.ndarray(dtype=ti.f32, ndim=2)):
-        """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K)."""
+    def read_state(self, out: ti.types.ndarray(dtype=ti.f32, ndim=2),
+                   x_out: ti.types.ndarray(dtype=ti.f32, ndim=3)):
+        """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K); and the
+        particle positions (B, P, 2): one launch for what the host reads after every advance."""
         for b in range(self.B):
             for d in range(N_DIAG):
                 out[b, d] = self.diagnostics[b, d]
             for k in range(self.K):
                 out[b, N_DIAG + k] = self.in_body[b, k]
+        for b, p in ti.ndrange(self.B, self.P):
+            if p < self.n[b]:
+                x_out[b, p, 0] = self.x[b, p][0]
+                x_out[b, p, 1] = self.x[b, p][1]
 
     @ti.kernel
     def measure_all(self):

@@ -105,6 +105,8 @@ class World2D:
         self._solver = None
         self._diag = None
         self._in_body = None
+        self._x_read = None            # positions read with the diagnostics (float32, B x P x 2)
+        self._x_fresh = False          # ... and still what the solver holds
         self._area0 = np.zeros(self.batch_size)
 
     # ------------------------------------------------------------------ scene set-up
@@ -375,8 +377,13 @@ class World2D:
             m.x, m.v = x[b, :n].astype(np.float64), v[b, :n].astype(np.float64)
 
     def _read_diagnostics(self) -> None:
+        """Read the diagnostics, the per-body counts and the positions in one launch; the
+        positions stay valid (``positions_all`` serves them) until the particles change."""
         out = np.zeros((self.batch_size, N_DIAG + self._solver.K), np.float32)
-        self._solver.read_diagnostics(out)  # one launch for both
+        if self._x_read is None:
+            self._x_read = np.zeros((self.batch_size, self._solver.P, 2), np.float32)
+        self._solver.read_state(out, self._x_read)
+        self._x_fresh = True
         self._diag = out[:, :N_DIAG].astype(np.float64)
         self._in_body = out[:, N_DIAG:].round().astype(np.int64)
 
@@ -457,7 +464,7 @@ class World2D:
     def positions_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) positions, with one device read."""
         self._require_built()
-        x = self._particle_array("x")
+        x = self._x_read if self._x_fresh else self._particle_array("x")
         return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
 
     def velocities_all(self) -> list[np.ndarray]:

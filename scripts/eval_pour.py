@@ -1,7 +1,9 @@
-"""Scripted vs random agent on the Pour eval split: success rates and a metrics table.
+"""Agents on the Pour eval split: success rates and a metrics table.
 
-    python scripts/eval_scripted.py                 # all 100 eval tasks, both agents
-    python scripts/eval_scripted.py --n 5 --video out/pour_scripted.mp4
+    python scripts/eval_pour.py                      # all 100 eval tasks, scripted and random
+    python scripts/eval_pour.py --agents sqp         # the SQP expert (plans with seed 000's model)
+    python scripts/eval_pour.py --fidelity simplified --agents sqp scripted random
+    python scripts/eval_pour.py --n 5 --video out/pour_scripted.mp4
 
 Prints one line per episode with --progress, a Markdown table, and ends with one JSON line.
 """
@@ -28,6 +30,7 @@ def main(argv=None) -> dict:
     p.add_argument("--split", default="eval", choices=("train", "eval"))
     p.add_argument("--agents", nargs="+", default=["scripted", "random"])
     p.add_argument("--resolution", type=int, default=128)
+    p.add_argument("--fidelity", default="particles", choices=("particles", "simplified"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video", default=None, help="write the first episodes of the first agent here (.mp4)")
     p.add_argument("--video-episodes", type=int, default=2)
@@ -35,10 +38,10 @@ def main(argv=None) -> dict:
     args = p.parse_args(argv)
 
     task_list = tasks("pour", args.split)[:args.n]
-    env = gym.make("taigym/Pour-v0", resolution=args.resolution,
+    env = gym.make("taigym/Pour-v0", resolution=args.resolution, fidelity=args.fidelity,
                    render_mode="rgb_array" if args.video else None)
     summaries, figures = {}, {"episodes": len(task_list), "split": args.split,
-                              "resolution": args.resolution}
+                              "resolution": args.resolution, "fidelity": args.fidelity}
     for k, name in enumerate(args.agents):
         agent = agents.make(name, env)
         frames = [] if (args.video and k == 0) else None

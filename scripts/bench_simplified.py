@@ -1,0 +1,112 @@
+"""taigym/Pour-v0 with fidelity="simplified" against the particle env: speed and agreement.
+
+Speed: env steps per second of ``gym.make("taigym/Pour-v0", fidelity="simplified")`` (with
+Gymnasium's wrappers) under random actions over the eval split, resets included, and the same
+for the particle env on a few episodes, in one run.
+
+Agreement: action sequences are recorded in the simplified env (the scripted agent; the scripted
+agent aiming at T's far rim, which misses part of the pour; the sqp expert) and replayed open-loop
+in both envs; the script prints the in-T fractions at the end and their difference in
+percentage points. Ends with one JSON line.
+
+    python scripts/bench_simplified.py [--tasks 20] [--speed-steps 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+import taigym.agents as agents  # noqa: E402
+from taigym.envs import tasks  # noqa: E402
+
+SOURCES = {"scripted": ("scripted", {}), "scripted far rim": ("scripted", {"aim": 0.95}),
+           "sqp": ("sqp", {})}
+
+
+def steps_per_second(env, split, n_steps: int, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    actions = rng.uniform(-1, 1, (n_steps, 3)).astype(np.float32)
+    k = 0
+    env.reset(seed=seed, options={"task": split[0]})
+    t0 = time.perf_counter()
+    for a in actions:
+        _, _, term, trunc, _ = env.step(a)
+        if term or trunc:
+            k += 1
+            env.reset(options={"task": split[k % len(split)]})
+    return n_steps / (time.perf_counter() - t0)
+
+
+def record(env, agent_name: str, cfg: dict, task, seed: int) -> list:
+    agent = agents.make(agent_name, env, **cfg)
+    obs, info = env.reset(seed=seed, options={"task": task})
+    agent.reset(seed=seed)
+    actions, done = [], False
+    while not done:
+        a = agent.act(obs, info)
+        obs, _, term, trunc, info = env.step(a)
+        actions.append(a)
+        done = term or trunc
+    return actions
+
+
+def replay(env, task, seed: int, actions) -> dict:
+    env.reset(seed=seed, options={"task": task})
+    info = {}
+    for a in actions:
+        _, _, term, trunc, info = env.step(a)
+        if term or trunc:
+            break
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, default=20, help="eval tasks for the agreement check")
+    ap.add_argument("--speed-steps", type=int, default=20000)
+    ap.add_argument("--resolution", type=int, default=128)
+    args = ap.parse_args()
+    split = tasks("pour", split="eval")
+    simple = gym.make("taigym/Pour-v0", fidelity="simplified")
+    particles = gym.make("taigym/Pour-v0", resolution=args.resolution)
+
+    for t in split:                       # the outflow tables of every eval task, cached first
+        simple.reset(options={"task": t})
+    sps_simple = steps_per_second(simple, split, args.speed_steps)
+    sps_particles = steps_per_second(particles, split, 300)
+    print(f"simplified env: {sps_simple:,.0f} steps/s; particle env (resolution {args.resolution}): "
+          f"{sps_particles:,.0f} steps/s; ratio {sps_simple / sps_particles:,.0f}x")
+
+    rows = []
+    print("| actions | task | in T simplified | in T particles | difference (pp) |")
+    print("|---|---|---|---|---|")
+    for name, (agent, cfg) in SOURCES.items():
+        for i, task in enumerate(split[:args.tasks]):
+            acts = record(simple, agent, cfg, task, seed=i)
+            a = replay(simple, task, i, acts)["in_target"]
+            b = replay(particles, task, i, acts)["in_target"]
+            rows.append((name, i, a, b))
+            print(f"| {name} | {i} | {a:.3f} | {b:.3f} | {100 * (a - b):+.1f} |", flush=True)
+    diff = np.array([100 * abs(a - b) for _, _, a, b in rows])
+    print(f"in-T difference over {len(rows)} action sequences: mean {diff.mean():.1f} pp, "
+          f"median {np.median(diff):.1f} pp, max {diff.max():.1f} pp, "
+          f"within 10 pp: {np.mean(diff <= 10):.0%}")
+    per = {name: float(np.mean([100 * abs(a - b) for n, _, a, b in rows if n == name])) for name in SOURCES}
+    print(json.dumps({"simplified_steps_per_second": round(sps_simple),
+                      "particle_steps_per_second": round(sps_particles, 1),
+                      "in_target_diff_pp_mean": round(float(diff.mean()), 2),
+                      "in_target_diff_pp_max": round(float(diff.max()), 2),
+                      "within_10pp": round(float(np.mean(diff <= 10)), 3),
+                      "diff_pp_mean_by_actions": {k: round(v, 2) for k, v in per.items()}}))
+
+
+if __name__ == "__main__":
+    main()

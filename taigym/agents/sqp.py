@@ -1,0 +1,87 @@
+"""``sqp``: seed 000's pouring planner as an expert agent for ``taigym/Pour-v0``.
+
+At the first ``act`` of an episode it plans S's whole trajectory from ``env.unwrapped.task``
+(:func:`taigym.planners.sqp.plan_pour`, the simplified liquid model), then tracks it: each
+step's action is the displacement to the plan's next pose, scaled by the env's action scale and
+clipped to [-1, 1]. ``replan(info)`` plans again from the state in ``info`` (S's pose and
+velocity, the time, the fraction still in S) for the remaining horizon: DAgger queries the
+expert at the states the learner visits this way; ``replan_every=k`` does it every k steps.
+
+Options: ``replan_every`` (0 = never), ``min_nodes`` (shortest replanning horizon, nodes),
+``drain_time`` (s, default 1: the plan ends this long before the episode, and S then holds its
+final lean so that the last liquid drains) and
+any field of :class:`taigym.planners.sqp.SQPConfig` (``final_lean``, ``time_limit``, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
+
+from .base import Agent
+
+AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0}
+
+
+class SQPAgent(Agent):
+    name = "sqp"
+
+    def __init__(self, env, **cfg):
+        planner_fields = {f.name for f in dataclasses.fields(SQPConfig)}
+        unknown = set(cfg) - planner_fields - set(AGENT_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown sqp-agent option(s): {', '.join(sorted(unknown))}; accepted: "
+                             f"{', '.join(sorted(planner_fields | set(AGENT_OPTIONS)))}")
+        super().__init__(env, **{**AGENT_OPTIONS, **cfg})
+        self.planner_cfg = {k: v for k, v in cfg.items() if k in planner_fields}
+        self.plan: PourPlan | None = None
+        self._task = None
+        self._step = 0
+        self.planning_seconds = 0.0
+
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        self.plan, self._task, self._step = None, None, 0
+        self.planning_seconds = 0.0
+
+    def _env_constants(self):
+        u = self.env.unwrapped
+        dt = float(getattr(u, "dt", 0.05))
+        horizon = float(getattr(getattr(u, "cfg", None), "horizon", 5.0))
+        wall = float(getattr(getattr(u, "cfg", None), "wall_thickness", 0.01))
+        scale = np.asarray(getattr(u, "action_scale", (0.025, 0.025, 0.1)), np.float64)
+        return dt, horizon, wall, scale
+
+    def replan(self, info: dict) -> PourPlan:
+        """Plan from the env state in ``info`` (as every Pour-v0 step reports it)."""
+        task = self.env.unwrapped.task
+        if task is None:
+            raise RuntimeError("reset the env before planning")
+        dt, horizon, wall, scale = self._env_constants()
+        t = float(info.get("time", 0.0))
+        # the plan ends ``drain_time`` before the episode does; S then holds its last pose
+        nodes = max(int(round((horizon - t - self.cfg["drain_time"]) / dt)), int(self.cfg["min_nodes"]))
+        cfg = SQPConfig(**{"nodes": nodes, "dt": dt, "max_step": tuple(scale), **self.planner_cfg})
+        prob = PourProblem.from_task(
+            task, wall_thickness=wall, pose=info.get("source_pose"),
+            velocity=info.get("source_velocity"), time=t,
+            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0))
+        plan = plan_pour(prob, cfg)
+        self.planning_seconds += plan.wall_time
+        self.plan, self._task, self._step = plan, task, 0
+        return plan
+
+    def act(self, obs, info: dict) -> np.ndarray:
+        task = self.env.unwrapped.task
+        every = int(self.cfg["replan_every"])
+        if self.plan is None or task is not self._task or (every and self._step >= every):
+            self.replan(info)
+        _, _, _, scale = self._env_constants()
+        poses = self.plan.poses
+        k = min(self._step + 1, len(poses) - 1)
+        self._step += 1
+        current = np.asarray(info.get("source_pose", poses[k - 1]), np.float64)
+        return np.clip((poses[k] - current) / scale, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,274 @@
+"""The liquid of ``taigym/Pour-v0`` with ``fidelity="simplified"``: seed 000's reduced model.
+
+Instead of particles, the liquid in S is its volume V and outflow speed u
+(:class:`taigym.models.simplified.SimplifiedLiquid`). What leaves S in a step is a packet that
+follows the outflow parabola; it lands where the parabola comes down through T's rim height:
+inside T's opening it counts as in T (earning seed 001's R_p for its distance from the opening
+centre), anywhere else, or if it hits an obstacle on the way, as spilled. Until it lands it is in
+flight. The free surface in S is flat at the level that holds V (the lookup tables), which gives
+the heightfield and lip observations. Liquid in T stays there (seed 000 ignores T's dynamics).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from taigym.models.outflow_tables import outflow_tables
+from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing
+
+_FLIGHT_SAMPLES = 8             # points per parabola checked against the obstacles
+
+
+def _columns(poly: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest and highest y (m) of the polygon's boundary on each vertical line x = xs (nan if
+    the line misses it)."""
+    a, b = poly, np.roll(poly, -1, axis=0)
+    x = xs[:, None]
+    cross = ((a[:, 0] <= x) & (x <= b[:, 0])) | ((b[:, 0] <= x) & (x <= a[:, 0]))
+    dx = np.where(b[:, 0] != a[:, 0], b[:, 0] - a[:, 0], 1.0)
+    t = np.clip((x - a[:, 0]) / dx, 0.0, 1.0)
+    y = a[:, 1] + t * (b[:, 1] - a[:, 1])
+    lo = np.where(cross, y, np.inf).min(axis=1)
+    hi = np.where(cross, y, -np.inf).max(axis=1)
+    bad = ~np.isfinite(lo)
+    lo[bad], hi[bad] = np.nan, np.nan
+    return lo, hi
+
+
+class SimplifiedMember:
+    """The reduced liquid state of one scene and its accounting (fractions of the initial
+    volume V0)."""
+
+    def __init__(self, task, source, target, obstacles: tuple = ()):
+        self.task, self.source, self.target = task, source, target
+        self.v0 = source.liquid_area(task.fill)
+        self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity))
+        self.obstacles = tuple(tuple(map(float, o)) for o in obstacles)
+        self.t_oc = target.opening_centre
+        self.t_half = 0.5 * target.width
+        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time]
+        self.in_target = self.spilled = 0.0
+        self.last = None                   # the last step's Outflow
+
+    # ------------------------------------------------------------------ dynamics
+    def step(self, pose, velocity, theta_prev: float, t_end: float, dt: float) -> float:
+        """Advance the liquid by one control step that ends at ``t_end`` with S at ``pose``;
+        returns the R_p earned (fraction-weighted) by packets landing in T during the step."""
+        out = self.liquid.step(pose, velocity, theta_prev, dt)
+        self.last = out
+        if out.volume > 0.0:
+            self._emit(out, t_end)
+        earned = 0.0
+        if self.packets:
+            keep = []
+            for p in self.packets:
+                if p[0] <= t_end + 1e-12:
+                    if p[2]:
+                        self.in_target += p[1]
+                        earned += p[3] * p[1]
+                    else:
+                        self.spilled += p[1]
+                else:
+                    keep.append(p)
+            self.packets = keep
+        return earned
+
+    def _emit(self, out, t_emit: float) -> None:
+        task = self.task
+        frac = out.volume / self.v0
+        t_pose = task.target_pose_at(t_emit)
+        rim = t_pose[1] + self.t_oc[1]
+        hit = landing(out.start, out.velocity, rim)
+        in_t, rp = False, 0.0
+        if hit is None:                                   # never comes down to T's rim: floor
+            hit_floor = landing(out.start, out.velocity, 0.0)
+            tau = hit_floor[1] if hit_floor is not None else 0.0
+        else:
+            x_land, tau = hit
+            tx = task.target_pose_at(t_emit + tau)[0] + self.t_oc[0]
+            dist = abs(x_land - tx)
+            in_t = dist < self.t_half
+            rp = max(0.0, 1.0 - dist / self.t_half)
+        if in_t and self.obstacles and self._blocked(out.start, out.velocity, tau):
+            in_t, rp = False, 0.0
+        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit])
+
+    def _blocked(self, start, velocity, tau: float) -> bool:
+        """Does the parabola hit an obstacle box within its flight time ``tau``?"""
+        ts = np.linspace(0.0, tau, _FLIGHT_SAMPLES)
+        px = start[0] + velocity[0] * ts
+        py = start[1] + velocity[1] * ts - 0.5 * GRAVITY * ts * ts
+        for cx, cy, w, h in self.obstacles:
+            if np.any((np.abs(px - cx) < 0.5 * w) & (np.abs(py - cy) < 0.5 * h)):
+                return True
+        return False
+
+    # ------------------------------------------------------------------ read-outs
+    @property
+    def in_source(self) -> float:
+        return self.liquid.volume / self.v0
+
+    @property
+    def in_flight(self) -> float:
+        return max(0.0, 1.0 - self.in_source - self.in_target - self.spilled)
+
+    def level(self, pose) -> tuple[float, float]:
+        """(world height of S's free surface, m; tables' head above the pouring lip, m)."""
+        x, y, th = pose
+        h = self.liquid.lookup(th)[0]
+        lip = self.source.lips[1] if th <= 0.0 else self.source.lips[0]
+        c, s = math.cos(th), math.sin(th)
+        return y + s * lip[0] + c * lip[1] + h, h
+
+    def column_tops(self, pose, columns: list[tuple[float, float, float]]) -> list[float]:
+        """Height (m, S frame) of the top of the liquid on S-frame vertical lines given as
+        (x, y_low, y_high) of the interior on them; nan where there is no liquid. (Pure Python:
+        a handful of lines, every step.)"""
+        nan = math.nan
+        if self.liquid.volume <= 0.0:
+            return [nan] * len(columns)
+        level, _ = self.level(pose)
+        x, y, th = pose
+        c, s = math.cos(th), math.sin(th)
+        out = []
+        for cx, lo, hi in columns:
+            rhs = level - y - s * cx                     # liquid where c * y_local <= rhs
+            if c > 1e-9:
+                top = min(hi, rhs / c)
+            elif c < -1e-9:
+                top = hi if hi >= rhs / c else nan
+            else:
+                top = hi if rhs >= 0.0 else nan
+            out.append(top if top >= lo else nan)      # nan >= lo is False: stays nan
+        return out
+
+    def render_points(self, pose, t_pose, time: float, spacing: float):
+        """Points standing for the liquid (world, m) and their velocities, for drawing: a lattice
+        in S below the free surface, in T up to the level its share fills, and each in-flight
+        packet's position on its parabola."""
+        pts, vel = [], []
+        if self.liquid.volume > 0:
+            loc = self.source.fill_points(1.0, spacing)
+            x, y, th = pose
+            c, s = math.cos(th), math.sin(th)
+            w = np.column_stack((x + c * loc[:, 0] - s * loc[:, 1], y + s * loc[:, 0] + c * loc[:, 1]))
+            pts.append(w[w[:, 1] <= self.level(pose)[0]])
+        if self.in_target > 0:
+            area = min(self.in_target * self.v0, self.target.interior_area)
+            lvl = self.target.free_surface_level(area, 0.0)
+            pts.append(self.target.fill_points(min(max(lvl / self.target.height, 1e-6), 1.0), spacing)
+                       + np.asarray(t_pose[:2]))
+        vel.append(np.zeros((sum(len(p) for p in pts), 2)))
+        for land, _, _, _, start, v, t0 in self.packets:
+            tau = time - t0
+            if 0.0 <= tau <= land - t0:
+                for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
+                    tt = tau - d
+                    pts.append(np.array([[start[0] + v[0] * tt, start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
+                    vel.append(np.array([[v[0], v[1] - GRAVITY * tt]]))
+        if not pts:
+            return np.zeros((0, 2)), np.zeros((0, 2))
+        return np.concatenate(pts), np.concatenate(vel)
+
+
+# ---------------------------------------------------------------------- the batch
+from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render  # noqa: E402
+
+
+class SimplifiedPourBatch(PourBatch):
+    """``PourBatch`` with the reduced liquid: same moves, clipping, observations, rewards and
+    info; no solver (``world`` stays None)."""
+
+    def _ensure_world(self, task) -> None:
+        return None
+
+    def release(self) -> None:
+        for m in self.members:
+            m.task = None
+
+    def _max_tilt(self, source, task) -> float:
+        return outflow_tables(source).max_lean(source.liquid_area(task.fill))
+
+    def reset_member(self, b: int, task, jitter_seed: int) -> None:
+        source, target, _, solid_pts, obst = self._prepare(task)
+        m = self._init_member(b, task, source, target, solid_pts, obst)
+        m.liq = SimplifiedMember(task, source, target, task.obstacles)
+        m.n = 0
+        m.x = m.prev_x = np.zeros((0, 2))
+        m.v = np.zeros((0, 2))
+        self._prepare_columns(m)
+        self._finish_reset(b, self._liquid_fractions(m), self._frame(m, None))
+
+    def _prepare_columns(self, m: _Member) -> None:
+        """S-frame vertical lines where the heightfield (bin centres) or the lip heights (three
+        lines in a band beside each lip) are read, with the interior's span on each."""
+        s, cfg = m.source, self.cfg
+        lo, hi = m.s_region.lo[0], m.s_region.hi[0]
+        if cfg.obs_mode == "features":
+            nb = cfg.heightfield_bins
+            xs = lo + (np.arange(nb) + 0.5) * (hi - lo) / nb
+        elif cfg.obs_mode == "lip":
+            band = max(0.2 * s.width, 1.5 * 0.5 * cfg.dx)
+            (lx, _), (rx, _) = s.lips
+            xs = np.concatenate([lx + band * np.array([0.0, 0.5, 1.0]),
+                                 rx - band * np.array([0.0, 0.5, 1.0])])
+        else:
+            xs = np.zeros(0)
+        poly = np.asarray(s.interior)
+        # a hair inside, so that the lines at the lips cut the side walls
+        xs = np.clip(xs, poly[:, 0].min() + 1e-9, poly[:, 0].max() - 1e-9)
+        lo, hi = _columns(poly, xs)
+        m.columns = list(zip(xs.tolist(), lo.tolist(), hi.tolist()))
+
+    def _liquid_fractions(self, m: _Member) -> dict:
+        q = m.liq
+        return {"in": {0: q.in_source, 1: q.in_target}, "spilled": q.spilled,
+                "in_flight": q.in_flight}
+
+    def _frame(self, m: _Member, loc) -> np.ndarray:
+        if self.cfg.obs_mode not in ("features", "lip"):
+            return np.zeros(0)
+        inv_h = 1.0 / m.source.height
+        y = [0.0 if t != t else min(max(t * inv_h, 0.0), 1.5)        # t != t: nan, no liquid
+             for t in m.liq.column_tops(m.s_pose, m.columns)]
+        if self.cfg.obs_mode == "features":
+            return y
+        return [max(y[:3]), max(y[3:])]
+
+    def step(self, actions: np.ndarray, active: np.ndarray) -> None:
+        for b, a, s_next, s_vel, t_next, clipped, pen in self._moves(actions, active):
+            m = self.members[b]
+            theta_prev = float(m.s_pose[2])
+            self._advance_clock(m, s_next, s_vel, t_next)
+            earned = m.liq.step(s_next, s_vel, theta_prev, m.time, CONTROL_DT)
+            frame = self._frame(m, None) if self.cfg.obs_mode in ("features", "lip") else None
+            self._finish_step(b, a, self._liquid_fractions(m), earned, frame, clipped, pen)
+
+    def velocities(self, b: int) -> np.ndarray:
+        return np.zeros((0, 2))
+
+    def outflow(self, b: int):
+        out = self.members[b].liq.last
+        if out is None or out.volume <= 0.0:
+            return None
+        return np.array(out.start), np.array(out.velocity)
+
+    def render(self, b: int, size_hw, parabola: bool = True) -> np.ndarray:
+        m = self.members[b]
+        spacing = 0.5 * self.cfg.dx
+        x, v = m.liq.render_points(m.s_pose, m.t_pose, m.time, spacing)
+        bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
+                  (m.source, m.s_pose, _render.SOURCE_COLOUR)]
+        lines = []
+        est = self.outflow(b) if parabola else None
+        if est is not None:
+            c, u = est
+            tau = np.linspace(0.0, 0.6, 40)[:, None]
+            pts = c + u * tau + 0.5 * np.array([0.0, -GRAVITY]) * tau ** 2
+            pts = pts[pts[:, 1] >= 0.0]
+            if len(pts) > 1:
+                lines.append((pts, _render.PARABOLA_COLOUR))
+        return _render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
+                                    polylines=lines, boxes=m.task.obstacles)

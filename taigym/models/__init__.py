@@ -1,0 +1,6 @@
+"""Reduced and learned models shared by planners and agents (no Gymnasium, no planners).
+
+* :mod:`.outflow_tables` - seed 000's per-container lookup tables over (lean angle, volume).
+* :mod:`.simplified` - seed 000's simplified liquid dynamics: volume V, outflow speed u, and the
+  outflow parabola, with coefficients identified from the particle simulator (:mod:`.sysid`).
+"""

@@ -1,0 +1,224 @@
+"""Seed 000's simplified liquid dynamics: the liquid in the source S is two numbers.
+
+State: the volume V (m^2 in 2D) left in S's bounding volume and the mean outflow speed u (m/s).
+Per control step of dt seconds, with S leaning by ``lean`` towards its pouring lip:
+
+    h, A, c = tables(lean, V)                           (taigym.models.outflow_tables)
+    u  = max(0, w . phi)          if A > 0, else 0      (system identification, taigym.models.sysid)
+    V' = V - dt * k * A * u                             (k: discharge coefficient, fitted too)
+
+with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, see
+``scripts/sysid_pour.py``):
+
+| term | value | why |
+|------|-------|-----|
+| ``bernoulli`` | sqrt(2 g h+) | Bernoulli from the free surface to the lip |
+| ``wall_slide`` | sqrt(2 g l cos) | a particle sliding the lip-side wall (l cos: its drop, m) |
+| ``previous`` | u of the last step | the jet's inertia |
+| ``lean_rate`` | abs(d lean / dt) | a turning container pushes liquid over its lip |
+| ``constant`` | 1 | |
+
+k is a discharge coefficient (the jet contracts, its speed is not normal to the section): u is
+the speed of the liquid leaving S, k A u the flux. Liquid leaves at the outflow section's
+centroid c with velocity u d plus S's own velocity there; d is horizontal while the lip-side wall
+still rises towards the lip, else along that wall (seed 000 Fig. 9), and it follows the outflow
+parabola p(t) = c + v t + g t^2 / 2.
+
+Coefficients are fitted per container shape and viscosity (a few viscosities, interpolated in
+log10 viscosity) and shipped in ``data/outflow_coefficients.json``; regenerate them with
+``python scripts/sysid_pour.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from taigym.sim.geometry import Container
+
+from .outflow_tables import OutflowTables, outflow_tables
+
+GRAVITY = 9.81                                   # m/s^2
+TERMS = ("bernoulli", "wall_slide", "previous", "lean_rate", "constant")
+COEFFICIENTS_FILE = "outflow_coefficients.json"
+
+
+def regressors(head: float, wall_drop: float, u_prev: float, lean_rate: float,
+               terms: tuple[str, ...] = TERMS) -> list[float]:
+    """The regressors phi of one step (module docstring), in the order of ``terms``."""
+    values = {"bernoulli": math.sqrt(2.0 * GRAVITY * max(head, 0.0)),
+              "wall_slide": math.sqrt(2.0 * GRAVITY * max(wall_drop, 0.0)),
+              "previous": u_prev, "lean_rate": abs(lean_rate), "constant": 1.0}
+    return [values[t] for t in terms]
+
+
+def regressors_array(head, wall_drop, u_prev, lean_rate, terms: tuple[str, ...] = TERMS) -> list:
+    """:func:`regressors` on arrays of steps (for batched rollouts)."""
+    values = {"bernoulli": np.sqrt(2.0 * GRAVITY * np.maximum(head, 0.0)),
+              "wall_slide": np.sqrt(2.0 * GRAVITY * np.maximum(wall_drop, 0.0)),
+              "previous": u_prev, "lean_rate": np.abs(lean_rate), "constant": np.ones_like(head)}
+    return [values[t] for t in terms]
+
+
+@dataclass(frozen=True)
+class OutflowFit:
+    """Identified coefficients for one container shape and viscosity."""
+
+    shape: str
+    viscosity: float                    # Pa s
+    terms: tuple[str, ...]
+    weights: tuple[float, ...]
+    discharge: float                    # k, dimensionless
+
+    def to_dict(self) -> dict:
+        return {"shape": self.shape, "viscosity": self.viscosity, "terms": list(self.terms),
+                "weights": list(self.weights), "discharge": self.discharge}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OutflowFit":
+        return cls(d["shape"], float(d["viscosity"]), tuple(d["terms"]),
+                   tuple(float(w) for w in d["weights"]), float(d["discharge"]))
+
+
+def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
+    """The fit at ``viscosity``: linear in log10 viscosity between the two nearest fitted
+    viscosities (of the same shape and terms), clamped outside the fitted range."""
+    fits = sorted(fits, key=lambda f: f.viscosity)
+    if not fits:
+        raise ValueError("no fitted outflow coefficients to interpolate")
+    x = math.log10(max(viscosity, 1e-6))
+    xs = [math.log10(f.viscosity) for f in fits]
+    if x <= xs[0] or len(fits) == 1:
+        return fits[0]
+    if x >= xs[-1]:
+        return fits[-1]
+    k = next(i for i in range(1, len(xs)) if x <= xs[i])
+    a, b = fits[k - 1], fits[k]
+    t = (x - xs[k - 1]) / (xs[k] - xs[k - 1])
+    w = tuple((1 - t) * wa + t * wb for wa, wb in zip(a.weights, b.weights))
+    return OutflowFit(a.shape, float(viscosity), a.terms, w,
+                      (1 - t) * a.discharge + t * b.discharge)
+
+
+def _default_path() -> Path:
+    return Path(str(resources.files("taigym.models").joinpath("data", COEFFICIENTS_FILE)))
+
+
+@lru_cache(maxsize=8)
+def load_fits(path: str | None = None) -> dict[str, list[OutflowFit]]:
+    """Fitted coefficients by shape, from ``path`` or the shipped file."""
+    p = Path(path) if path else _default_path()
+    if not p.exists():
+        raise FileNotFoundError(f"no outflow coefficients at {p}; run `python scripts/sysid_pour.py`")
+    data = json.loads(p.read_text())
+    out: dict[str, list[OutflowFit]] = {}
+    for d in data["fits"]:
+        f = OutflowFit.from_dict(d)
+        out.setdefault(f.shape, []).append(f)
+    return out
+
+
+def fit_for(shape: str, viscosity: float, path: str | None = None) -> OutflowFit:
+    fits = load_fits(path)
+    if shape not in fits:
+        raise ValueError(f"no outflow coefficients for container shape {shape!r}; fitted: "
+                         f"{', '.join(sorted(fits))}")
+    return interpolate_fits(fits[shape], viscosity)
+
+
+@dataclass(frozen=True)
+class Outflow:
+    """What left S in one step: ``volume`` (m^2), ``speed`` u (m/s), the section's centroid
+    ``start`` (world, m) and the jet's velocity ``velocity`` (world, m/s, S's motion included)."""
+
+    volume: float
+    speed: float
+    section: float
+    start: tuple[float, float]
+    velocity: tuple[float, float]
+
+
+class SimplifiedLiquid:
+    """The (V, u) state of the liquid in one source container, stepped per control step."""
+
+    def __init__(self, shape: Container, volume: float, fit: OutflowFit,
+                 tables: OutflowTables | None = None):
+        if volume < 0 or not math.isfinite(volume):
+            raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
+        self.shape = shape
+        self.tables = tables if tables is not None else outflow_tables(shape)
+        self.fit = fit
+        self.volume = float(min(volume, self.tables.capacity))
+        self.speed = 0.0
+        self._flat = self._flat_wall = None
+
+    def lookup(self, theta: float) -> tuple[float, float, float, float, float, float, float]:
+        """(h, A, c_x, c_y in S's frame, wall drop, d_x, d_y world) at pose angle ``theta`` for
+        the current volume; the pouring lip is the right one for theta <= 0, else the left.
+        Bilinear in pure Python (no NumPy calls): this is the simplified env's inner loop."""
+        t = self.tables
+        if self._flat is None:                          # flat copies: a memcpy, not a list build
+            self._flat = array("d", t._stacked.tobytes())
+            self._flat_wall = array("d", t._wall.tobytes())
+            self._lean_scale = (len(t.leans) - 1) / float(t.leans[-1])
+            self._vol_scale = (len(t.volumes) - 1) / float(t.volumes[-1])
+        sign = 1.0 if theta <= 0.0 else -1.0            # mirror a lean to the left
+        n_l, n_v = len(t.leans), len(t.volumes)
+        li = min(max(-theta * sign, 0.0) * self._lean_scale, n_l - 1.0)
+        vj = min(max(self.volume, 0.0) * self._vol_scale, n_v - 1.0)
+        i, j = min(int(li), n_l - 2), min(int(vj), n_v - 2)
+        fi, fj = li - i, vj - j
+        f, k0 = self._flat, (i * n_v + j) * 4           # node (i, j); (i, j + 1) is 4 further
+        k1 = k0 + 4 * n_v                               # node (i + 1, j)
+        h, sec, cx, cy = [(f[k0 + q] + (f[k0 + 4 + q] - f[k0 + q]) * fj) * (1.0 - fi) +
+                          (f[k1 + q] + (f[k1 + 4 + q] - f[k1 + q]) * fj) * fi for q in range(4)]
+        if h <= 0.0:
+            sec = 0.0                                   # surface below the lip: no section
+        w = self._flat_wall
+        drop, wx, wy = [w[3 * i + q] + (w[3 * i + 3 + q] - w[3 * i + q]) * fi for q in range(3)]
+        n = math.hypot(wx, wy) or 1.0
+        # jet direction: horizontal while the lip-side wall rises towards the lip, else along it
+        dx, dy = (1.0, 0.0) if wy > 0.0 else (wx / n, wy / n)
+        return h, sec, sign * cx, cy, drop, sign * dx, dy
+
+    def step(self, pose, velocity, theta_prev: float, dt: float) -> Outflow:
+        """Advance by ``dt`` s with S at ``pose`` = (x, y, theta) moving at ``velocity`` =
+        (vx, vy, omega); ``theta_prev`` is the angle one step earlier (for the lean rate)."""
+        x, y, th = pose
+        h, a, cx, cy, drop, dx, dy = self.lookup(th)
+        c, s = math.cos(th), math.sin(th)
+        wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
+        if a <= 0.0 or self.volume <= 0.0:
+            self.speed = 0.0
+            return Outflow(0.0, 0.0, 0.0, (wx, wy), (0.0, 0.0))
+        phi = regressors(h, drop, self.speed, (th - theta_prev) / dt, self.fit.terms)
+        u = max(0.0, sum(w * p for w, p in zip(self.fit.weights, phi)))
+        out = min(self.volume, dt * self.fit.discharge * a * u)
+        self.volume -= out
+        self.speed = u
+        vx, vy, om = velocity
+        # S's rigid velocity at the section's centroid plus the jet's own
+        jx = vx - om * (wy - y) + u * dx
+        jy = vy + om * (wx - x) + u * dy
+        return Outflow(out, u, a, (wx, wy), (jx, jy))
+
+
+def landing(start, velocity, height: float) -> tuple[float, float] | None:
+    """Where and when the outflow parabola from ``start`` with ``velocity`` comes down through
+    the altitude ``height`` (m): (x, flight time s), or None if it never reaches it."""
+    x0, y0 = start
+    vx, vy = velocity
+    disc = vy * vy + 2.0 * GRAVITY * (y0 - height)
+    if disc < 0.0:
+        return None
+    t = (vy + math.sqrt(disc)) / GRAVITY               # the descending crossing
+    if t < 0.0:
+        return None
+    return x0 + vx * t, t

@@ -1,0 +1,200 @@
+"""System identification of seed 000's simplified model from particle simulations.
+
+A container filled to ``fill`` is tilted about its frame origin along a random monotone curve
+(seed 000 §V: "leaning it from 0 to theta_max using a random monotonically increasing curve")
+in a ``taigym.sim.World2D``; each control step records the volume V left in the container's
+interior and the mean speed u, relative to the container's rigid motion, of the particles that
+left the interior during the step (each one's velocity at the step's end with the free fall of
+half a step taken back: on average it crossed that long ago). The coefficients of u = w . phi
+(see :mod:`taigym.models.simplified`) are the least-squares fit over the steps with an outflow
+section (A > 0); the discharge coefficient k is the least-squares fit of the measured volume
+loss to dt A u.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+from taigym.sim.geometry import Container, points_in_polygon
+
+from .outflow_tables import OutflowTables, outflow_tables
+from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, regressors
+
+DT = 0.05                          # s, the envs' control step
+WORLD_SIZE = (0.4, 0.4)            # m; S's frame origin at its centre
+PIVOT = (0.2, 0.2)
+
+
+@dataclass
+class PourRecord:
+    """One simulated pour. ``lean`` (n + 1,) rad at the step boundaries, ``volume`` (n + 1,) m^2
+    in S, ``speed`` (n,) m/s mean outflow speed in each step (0 where nothing left S),
+    ``crossed`` (n,) the number of particles that left."""
+
+    shape: Container
+    fill: float
+    viscosity: float
+    lean: np.ndarray
+    volume: np.ndarray
+    speed: np.ndarray
+    crossed: np.ndarray
+
+
+def monotone_tilt_curve(rng: np.random.Generator, n_steps: int, dt: float = DT,
+                        lean_range=(1.6, 2.4), duration_range=(2.0, 4.0)) -> np.ndarray:
+    """A random monotone lean curve from 0 (n_steps + 1 samples, rad): six random positive
+    increments joined by a monotone (PCHIP) spline, reaching a random final lean at a random
+    time and holding it."""
+    lean_max = rng.uniform(*lean_range)
+    duration = rng.uniform(*duration_range)
+    knots_t = np.linspace(0.0, duration, 7)
+    knots = np.concatenate([[0.0], np.cumsum(rng.uniform(0.05, 1.0, 6))])
+    knots *= lean_max / knots[-1]
+    t = np.minimum(np.arange(n_steps + 1) * dt, duration)
+    return PchipInterpolator(knots_t, knots)(t)
+
+
+def simulate_pours(containers: Sequence[Container], fills: Sequence[float], viscosity: float,
+                   curves: Sequence[np.ndarray], *, cells: int = 128, batch_size: int = 8,
+                   arch: str = "cpu", seed: int = 0,
+                   progress: Callable[[int, int], None] | None = None) -> list[PourRecord]:
+    """Simulate one pour per (container, fill, curve), ``batch_size`` at a time."""
+    from taigym.sim import World2D
+
+    n = len(containers)
+    if not (len(fills) == len(curves) == n):
+        raise ValueError("containers, fills and curves must have the same length")
+    records: list[PourRecord] = []
+    cap = max(int(1.1 * c.liquid_area(f) / (0.5 * WORLD_SIZE[0] / cells) ** 2) + 16
+              for c, f in zip(containers, fills))
+    world = World2D(size=WORLD_SIZE, cells=cells, viscosity=viscosity, arch=arch, seed=seed,
+                    batch_size=batch_size, max_particles=cap)
+    world.add_body(containers[0], pose=(*PIVOT, 0.0))
+    world.build()
+    for start in range(0, n, batch_size):
+        # a short last batch repeats its last pour in the spare members
+        idx = [min(start + b, n - 1) for b in range(batch_size)]
+        for b, k in enumerate(idx):
+            world.clear_liquid(member=b)
+            world.set_body(0, containers[k], (*PIVOT, 0.0), member=b)
+            world.reseed(seed + k, member=b)
+            world.fill_body(0, fills[k], member=b)
+        steps = max(len(curves[k]) for k in idx) - 1
+        leans = np.array([np.pad(curves[k], (0, steps + 1 - len(curves[k])), mode="edge")
+                          for k in idx])
+        inside = [_inside(containers[k], world.positions(b), 0.0) for b, k in enumerate(idx)]
+        counts = [np.zeros(steps + 1) for _ in range(batch_size)]
+        speed = [np.zeros(steps) for _ in range(batch_size)]
+        crossed = [np.zeros(steps, np.int64) for _ in range(batch_size)]
+        for b in range(batch_size):
+            counts[b][0] = inside[b].sum()
+        for i in range(steps):
+            theta0, theta1 = -leans[:, i], -leans[:, i + 1]   # pour to the right: theta < 0
+            omega = (theta1 - theta0) / DT
+            poses = np.zeros((batch_size, 1, 3))
+            vels = np.zeros((batch_size, 1, 3))
+            poses[:, 0, :2] = PIVOT
+            poses[:, 0, 2] = theta0
+            vels[:, 0, 2] = omega
+            world.set_poses(poses, vels)
+            world.advance(DT)
+            xs, vs = world.positions_all(), world.velocities_all()
+            for b, k in enumerate(idx):
+                now = _inside(containers[k], xs[b], theta1[b])
+                left = inside[b] & ~now
+                if left.any():
+                    r = xs[b][left] - PIVOT
+                    rel = vs[b][left] - omega[b] * np.column_stack((-r[:, 1], r[:, 0]))
+                    # read at the step's end, a particle has fallen since it crossed, on average
+                    # for half a step: take back the vertical speed gravity gave it meanwhile
+                    rel[:, 1] += 0.5 * GRAVITY * DT
+                    speed[b][i] = float(np.linalg.norm(rel, axis=1).mean())
+                    crossed[b][i] = int(left.sum())
+                inside[b] = now
+                counts[b][i + 1] = now.sum()
+        for b, k in enumerate(idx[:min(batch_size, n - start)]):
+            n_total = max(world.particle_count(b), 1)
+            v0 = containers[k].liquid_area(fills[k])
+            m = len(curves[k])
+            records.append(PourRecord(containers[k], float(fills[k]), float(viscosity),
+                                      np.asarray(curves[k], np.float64),
+                                      counts[b][:m] * (v0 / n_total), speed[b][:m - 1],
+                                      crossed[b][:m - 1]))
+        if progress is not None:
+            progress(len(records), n)
+    return records
+
+
+def _inside(shape: Container, x: np.ndarray, theta: float) -> np.ndarray:
+    """Particles (world) inside the container's interior when posed at PIVOT with angle theta."""
+    c, s = math.cos(theta), math.sin(theta)
+    d = x - PIVOT
+    local = np.column_stack((c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]))
+    return points_in_polygon(shape.interior, local)
+
+
+def regression_rows(rec: PourRecord, tables: OutflowTables | None = None,
+                    terms: tuple[str, ...] = TERMS):
+    """(phi (m, terms), u (m,), dt A (m,), volume lost (m,)) for the steps with A > 0. Step i's
+    regressors use the lean at its end, the volume at its start and u of step i - 1, as the
+    model does."""
+    t = tables if tables is not None else outflow_tables(rec.shape)
+    phi, u, da, lost = [], [], [], []
+    for i in range(len(rec.speed)):
+        lean = rec.lean[i + 1]
+        h, a, _, _ = t.lookup(lean, rec.volume[i])
+        if a <= 0.0:
+            continue
+        drop, _, _ = t.wall(lean)
+        u_prev = rec.speed[i - 1] if i > 0 else 0.0
+        phi.append(regressors(h, drop, u_prev, (rec.lean[i + 1] - rec.lean[i]) / DT, terms))
+        u.append(rec.speed[i])
+        da.append(DT * a)
+        lost.append(rec.volume[i] - rec.volume[i + 1])
+    return np.array(phi).reshape(-1, len(terms)), np.array(u), np.array(da), np.array(lost)
+
+
+def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS) -> OutflowFit:
+    """Least-squares coefficients (and discharge coefficient) over the records' steps."""
+    rows = [regression_rows(r, terms=terms) for r in records]
+    phi = np.concatenate([r[0] for r in rows])
+    u = np.concatenate([r[1] for r in rows])
+    da = np.concatenate([r[2] for r in rows])
+    lost = np.concatenate([r[3] for r in rows])
+    if len(u) < len(terms):
+        raise ValueError(f"only {len(u)} samples with an outflow section; need >= {len(terms)}")
+    w, *_ = np.linalg.lstsq(phi, u, rcond=None)
+    q = da * u
+    k = float(q @ lost / max(q @ q, 1e-30))
+    r0 = records[0]
+    return OutflowFit(r0.shape.shape, r0.viscosity, tuple(terms), tuple(float(x) for x in w), k)
+
+
+def predict(rec: PourRecord, model: OutflowFit) -> tuple[np.ndarray, np.ndarray]:
+    """Closed-loop prediction along the record's tilt curve from its initial volume alone:
+    (u (n,), V (n + 1,)) - seed 000 Fig. 8."""
+    liquid = SimplifiedLiquid(rec.shape, rec.volume[0], model)
+    u, vol = np.zeros(len(rec.speed)), np.zeros(len(rec.volume))
+    vol[0] = liquid.volume
+    for i in range(len(rec.speed)):
+        th0, th1 = -rec.lean[i], -rec.lean[i + 1]
+        liquid.step((PIVOT[0], PIVOT[1], th1), (0.0, 0.0, (th1 - th0) / DT), th0, DT)
+        u[i], vol[i + 1] = liquid.speed, liquid.volume
+    return u, vol
+
+
+def prediction_errors(rec: PourRecord, model: OutflowFit) -> dict[str, float]:
+    """Errors of the closed-loop prediction: ``volume`` = RMS of V(t) error / V0; ``speed`` =
+    mean |u error| / mean u over the steps where liquid left (in the simulation or the model)."""
+    u_hat, v_hat = predict(rec, model)
+    v0 = max(rec.volume[0], 1e-12)
+    active = (rec.crossed > 0) | (u_hat > 0)
+    mean_u = rec.speed[active].mean() if active.any() else 0.0
+    speed_err = (np.abs(u_hat - rec.speed)[active].mean() / mean_u) if mean_u > 0 else 0.0
+    return {"volume": float(np.sqrt(np.mean((v_hat - rec.volume) ** 2)) / v0),
+            "speed": float(speed_err)}

@@ -1,0 +1,173 @@
+"""Seed 000's lookup tables and simplified liquid model (taigym.models)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from taigym.models import outflow_tables as ot
+from taigym.models import sysid
+from taigym.models.simplified import (GRAVITY, OutflowFit, SimplifiedLiquid, fit_for,
+                                      interpolate_fits, landing, load_fits)
+from taigym.sim import container
+from taigym.sim.geometry import clip_below, polygon_area, rotate
+
+SHAPES = [container("rect", 0.08, 0.10), container("frustum", 0.09, 0.10, bottom_width=0.05),
+          container("oval", 0.04, 0.12, body_width=0.08, neck_height=0.03),
+          container("cup", 0.08, 0.10, corner_radius=0.015)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.shape)
+def test_tables_match_direct_geometry(shape):
+    """h and A from the tables agree with a direct bisection on the tilted interior polygon."""
+    t = ot.compute_tables(shape)
+    rng = np.random.default_rng(0)
+    lip_l, lip_r = shape.interior[0], shape.interior[-1]
+    for _ in range(25):
+        lean = rng.uniform(0.05, 3.0)
+        vol = rng.uniform(0.05, 0.95) * shape.interior_area
+        level = shape.free_surface_level(vol, -lean)        # independent bisection
+        rl, rr = rotate(np.array([lip_l, lip_r]), -lean)
+        h, a, cx, cy = t.lookup(lean, vol)
+        assert h == pytest.approx(level - rr[1], abs=6e-4)
+        s = np.clip((level - rr[1]) / (rl[1] - rr[1]), 0.0, 1.0)
+        assert a == pytest.approx(s * shape.width, abs=0.05 * shape.width)
+        # the centroid is on the opening chord, between the pouring lip and the other lip
+        assert cy == pytest.approx(shape.height)
+        assert lip_l[0] - 1e-9 <= cx <= lip_r[0] + 1e-9
+    # the volume below the free surface is the volume asked for
+    lean, vol = 1.0, 0.5 * shape.interior_area
+    h, *_ = t.lookup(lean, vol)
+    poly = rotate(shape.interior, -lean)
+    assert polygon_area(clip_below(poly, poly[-1, 1] + h)) == pytest.approx(vol, rel=0.02)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.shape)
+def test_table_max_lean_is_the_geometric_max_tilt(shape):
+    t = ot.outflow_tables(shape)
+    for fill in (0.3, 0.6, 0.9):
+        assert t.max_lean(shape.liquid_area(fill)) == pytest.approx(
+            shape.max_tilt_angle(fill), abs=2e-3)
+        # below the max tilt the liquid is under the lip: no outflow section
+        h, a, *_ = t.lookup(shape.max_tilt_angle(fill) - 0.05, shape.liquid_area(fill))
+        assert h < 0 and a == 0.0
+
+
+def test_table_partials_are_finite_differences():
+    t = ot.outflow_tables(SHAPES[0])
+    lean, vol, e = np.array([1.3]), np.array([0.004]), 1e-6
+    d = t.interpolate(lean, vol)
+    up = t.interpolate(lean + e, vol)
+    assert d["dh_dlean"][0] == pytest.approx((up["h"][0] - d["h"][0]) / e, rel=1e-3)
+    upv = t.interpolate(lean, vol + e * 1e-2)
+    assert d["dA_dvolume"][0] == pytest.approx((upv["A"][0] - d["A"][0]) / (e * 1e-2), rel=1e-3)
+
+
+def test_tables_are_cached_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv("TAIGYM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ot, "_MEMORY", {})
+    shape = container("frustum", 0.07, 0.09, bottom_width=0.04)
+    a = ot.outflow_tables(shape)
+    files = list((tmp_path / "outflow_tables").glob("*.npz"))
+    assert len(files) == 1
+    monkeypatch.setattr(ot, "_MEMORY", {})
+    b = ot.outflow_tables(shape)                        # from the file
+    np.testing.assert_array_equal(a.head, b.head)
+    files[0].write_bytes(b"damaged")                    # a damaged file is recomputed
+    monkeypatch.setattr(ot, "_MEMORY", {})
+    np.testing.assert_array_equal(ot.outflow_tables(shape).section, a.section)
+
+
+def _fit(weights=(0.6, 0.5, -0.05), discharge=0.4, shape="rect"):
+    return OutflowFit(shape, 1e-3, ("bernoulli", "previous", "constant"), weights, discharge)
+
+
+def test_simplified_liquid_conserves_volume_and_holds_below_max_tilt():
+    shape = SHAPES[0]
+    v0 = shape.liquid_area(0.6)
+    liquid = SimplifiedLiquid(shape, v0, _fit())
+    max_tilt = shape.max_tilt_angle(0.6)
+    out, theta = 0.0, 0.0
+    for _ in range(40):                                 # lean slowly to just below the max tilt
+        new = max(theta - 0.02, -(max_tilt - 0.03))
+        out += liquid.step((0.3, 0.3, new), (0.0, 0.0, (new - theta) / 0.05), theta, 0.05).volume
+        theta = new
+    assert out == 0.0 and liquid.volume == pytest.approx(v0)
+    for _ in range(60):                                 # then past it: liquid leaves
+        new = max(theta - 0.05, -2.4)
+        out += liquid.step((0.3, 0.3, new), (0.0, 0.0, (new - theta) / 0.05), theta, 0.05).volume
+        theta = new
+    assert out > 0.9 * v0
+    assert out + liquid.volume == pytest.approx(v0, rel=1e-12)
+
+
+def test_pouring_left_mirrors_pouring_right():
+    shape = SHAPES[2]
+    v0 = shape.liquid_area(0.5)
+    right, left = SimplifiedLiquid(shape, v0, _fit()), SimplifiedLiquid(shape, v0, _fit())
+    th = 0.0
+    for _ in range(50):
+        new = th - 0.05
+        a = right.step((0.4, 0.3, new), (0.0, 0.0, -1.0), th, 0.05)
+        b = left.step((0.4, 0.3, -new), (0.0, 0.0, 1.0), -th, 0.05)
+        th = new
+        assert a.volume == pytest.approx(b.volume, abs=1e-15)
+        assert a.start[0] - 0.4 == pytest.approx(0.4 - b.start[0], abs=1e-12)
+        assert a.velocity[0] == pytest.approx(-b.velocity[0], abs=1e-12)
+
+
+def test_landing_is_the_ballistic_parabola():
+    # a horizontal jet from 0.2 m lands at v * sqrt(2 h / g) after sqrt(2 h / g)
+    x, t = landing((0.1, 0.25), (0.5, 0.0), 0.05)
+    assert t == pytest.approx(math.sqrt(2 * 0.2 / GRAVITY))
+    assert x == pytest.approx(0.1 + 0.5 * t)
+    assert landing((0.0, 0.0), (0.1, 2.0), 0.1) is not None       # thrown up past the height
+    assert landing((0.0, 0.0), (0.1, 2.0), 0.25) is None          # apex 0.204 m: never reaches
+
+
+def test_regression_recovers_known_coefficients():
+    """Records generated by a known model are fitted back exactly (least squares, discharge)."""
+    true = OutflowFit("rect", 1e-3, ("bernoulli", "previous", "constant"), (0.7, 0.3, -0.02), 0.35)
+    rng = np.random.default_rng(1)
+    recs = []
+    for _ in range(6):
+        shape = container("rect", rng.uniform(0.06, 0.1), rng.uniform(0.08, 0.12))
+        lean = sysid.monotone_tilt_curve(rng, 100)
+        rec = sysid.PourRecord(shape, 0.6, 1e-3, lean, np.zeros(101), np.zeros(100), np.zeros(100))
+        rec.volume[0] = shape.liquid_area(0.6)
+        u, vol = sysid.predict(rec, true)
+        rec.speed, rec.volume = u, vol
+        recs.append(rec)
+    got = sysid.fit(recs, true.terms)
+    np.testing.assert_allclose(got.weights, true.weights, atol=1e-9)
+    assert got.discharge == pytest.approx(true.discharge, rel=1e-9)
+
+
+def test_shipped_coefficients_cover_every_shape_and_interpolate_in_viscosity():
+    fits = load_fits()
+    assert set(fits) >= {"rect", "frustum", "oval", "cup"}
+    for shape, lst in fits.items():
+        for f in lst:
+            assert f.discharge > 0 and all(math.isfinite(w) for w in f.weights)
+    mus = sorted(f.viscosity for f in fits["rect"])
+    mid = interpolate_fits(fits["rect"], math.sqrt(mus[0] * mus[-1]))
+    lo, hi = fit_for("rect", mus[0]), fit_for("rect", mus[-1])
+    for w, a, b in zip(mid.weights, lo.weights, hi.weights):
+        assert min(a, b) - 1e-12 <= w <= max(a, b) + 1e-12
+    with pytest.raises(ValueError, match="shape"):
+        fit_for("teapot", 1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape_name", ["rect", "oval"])
+def test_shipped_model_predicts_a_simulated_pour(shape_name):
+    """Closed-loop V(t) of the shipped model against a fresh particle simulation."""
+    rng = np.random.default_rng(123)
+    shape = SHAPES[0] if shape_name == "rect" else SHAPES[2]
+    curves = [sysid.monotone_tilt_curve(rng, 100) for _ in range(2)]
+    recs = sysid.simulate_pours([shape] * 2, [0.6, 0.5], 1e-3, curves, batch_size=2)
+    for rec in recs:
+        err = sysid.prediction_errors(rec, fit_for(shape_name, 1e-3))
+        assert err["volume"] < 0.1, err

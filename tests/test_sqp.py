@@ -1,0 +1,119 @@
+"""Seed 000's SQP pouring planner (taigym.planners.sqp) and the ``sqp`` expert agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import taigym.agents
+from taigym.envs import tasks
+from taigym.envs.pour_tasks import seed000_scenes
+from taigym.planners.sqp import PourProblem, SQPConfig, plan_pour
+from taigym.sim import Box
+
+CFG = SQPConfig()
+
+
+def check_limits(plan, cfg=CFG):
+    steps = np.abs(np.diff(plan.poses, axis=0))
+    assert np.all(steps <= np.asarray(cfg.max_step) + 1e-6), steps.max(axis=0)
+    assert np.all(np.abs(plan.poses[:, 2]) <= cfg.tilt_limit + 1e-9)
+
+
+def solid_points(prob, pose):
+    walls = np.asarray(prob.source.walls)
+    pts = np.concatenate([a + np.linspace(0, 1, 20)[:, None] * (b - a) for a, b in zip(walls[:-1], walls[1:])])
+    c, s = np.cos(pose[2]), np.sin(pose[2])
+    return pts @ np.array([[c, s], [-s, c]]) + pose[:2]
+
+
+@pytest.mark.parametrize("k", [0, 1, 4])
+def test_plans_eval_tasks_within_limits(k):
+    task = tasks("pour", split="eval")[k]
+    prob = PourProblem.from_task(task)
+    plan = plan_pour(prob)
+    assert plan.status in ("converged", "time_limit", "max_iterations")
+    assert plan.wall_time < CFG.time_limit + 2.0
+    check_limits(plan)
+    np.testing.assert_array_equal(plan.poses[0], task.source_pose)
+    assert plan.predicted["in_target"] > 0.9 and plan.predicted["collision"] < 1e-3
+
+
+def test_block_scene_plan_keeps_s_out_of_the_block_and_t():
+    task = seed000_scenes()["block"]
+    prob = PourProblem.from_task(task)
+    plan = plan_pour(prob)
+    check_limits(plan)
+    cx, cy, w, h = task.obstacles[0]
+    box = Box(w, h)
+    r = prob.source.radius
+    for pose, t in zip(plan.poses, plan.times):
+        pts = solid_points(prob, pose)
+        assert box.sdf(pts - (cx, cy)).min() > r - 1e-3
+        assert prob.target.sdf(pts - task.target_pose_at(t)[:2]).min() > r - 1e-3
+    assert plan.predicted["in_target"] > 0.9
+
+
+def test_moving_target_is_tracked():
+    task = dataclasses.replace(tasks("pour", split="eval")[1], target_velocity=(0.2, 0.0))
+    plan = plan_pour(PourProblem.from_task(task))
+    assert plan.predicted["in_target"] > 0.9
+
+
+def test_degenerate_problems_end_without_hanging():
+    task = tasks("pour", split="eval")[0]
+    # an empty source: nothing to pour, the plan still comes back
+    plan = plan_pour(PourProblem.from_task(task, in_source=0.0), SQPConfig(time_limit=2.0))
+    assert plan.predicted["in_target"] == 0.0
+    # an unreachable target (far out of the velocity limits): returns within the time limit
+    far = dataclasses.replace(task, source_pose=(0.15, 0.40, 0.0), target_position=(0.68, 0.05),
+                              target_velocity=(0.0, 0.0))
+    t0 = time.perf_counter()
+    plan = plan_pour(PourProblem.from_task(far), SQPConfig(max_step=(0.002, 0.002, 0.1), time_limit=1.5))
+    assert time.perf_counter() - t0 < 5.0
+    assert plan.predicted["in_target"] < 0.5
+    check_limits(plan, SQPConfig(max_step=(0.002, 0.002, 0.1)))
+    with pytest.raises(ValueError, match="nodes"):
+        SQPConfig(nodes=1)
+    with pytest.raises(ValueError, match="in_source"):
+        PourProblem.from_task(task, in_source=1.5)
+
+
+def test_agent_pours_into_t_in_the_particle_env():
+    env = gym.make("taigym/Pour-v0")
+    agent = taigym.agents.make("sqp", env)
+    row = taigym.agents.run_episode(env, agent, seed=0, task=seed000_scenes()["far"])
+    assert row["in_target"] > 0.9 and row["spilled"] < 0.05, row
+    with pytest.raises(ValueError, match="accepted"):
+        taigym.agents.make("sqp", env, lean=3)
+    env.close()
+
+
+def test_agent_replans_from_a_later_state():
+    env = gym.make("taigym/Pour-v0", fidelity="simplified")
+    agent = taigym.agents.make("sqp", env, replan_every=30)
+    row = taigym.agents.run_episode(env, agent, seed=0, task=tasks("pour", split="eval")[2])
+    assert row["success"], row
+    assert len(agent.plan.poses) < 80                    # the last plan started mid-episode
+
+
+def test_planner_rollout_is_the_simplified_model():
+    """The planner's batched rollout gives the same outflow as stepping SimplifiedLiquid."""
+    from taigym.models.simplified import SimplifiedLiquid
+    from taigym.planners.sqp import _Rollout, initial_trajectory
+    from taigym.models.outflow_tables import outflow_tables
+
+    task = tasks("pour", split="eval")[3]
+    prob = PourProblem.from_task(task)
+    poses = initial_trajectory(prob, CFG)
+    _, frac, _ = _Rollout(prob, CFG, outflow_tables(prob.source))(poses[None])
+    liquid = SimplifiedLiquid(prob.source, prob.volume, prob.fit)
+    for i in range(1, len(poses)):
+        vel = (poses[i] - poses[i - 1]) / CFG.dt
+        out = liquid.step(poses[i], vel, poses[i - 1, 2], CFG.dt)
+        assert frac[0, i - 1] * prob.initial_volume == pytest.approx(out.volume, rel=1e-6, abs=1e-12)
+    assert frac.sum() > 0.5
