@@ -36,6 +36,9 @@ def steps_per_second(env, split, n_steps: int, seed: int = 0) -> float:
     actions = rng.uniform(-1, 1, (n_steps, 3)).astype(np.float32)
     k = 0
     env.reset(seed=seed, options={"task": split[0]})
+    for a in actions[:5]:                 # warm up (the particle env compiles its kernels here)
+        env.step(a)
+    env.reset(seed=seed, options={"task": split[0]})
     t0 = time.perf_counter()
     for a in actions:
         _, _, term, trunc, _ = env.step(a)

@@ -152,8 +152,8 @@ def test_shipped_coefficients_cover_every_shape_and_interpolate_in_viscosity():
         for f in lst:
             assert f.discharge > 0 and all(math.isfinite(w) for w in f.weights)
     mus = sorted(f.viscosity for f in fits["rect"])
-    mid = interpolate_fits(fits["rect"], math.sqrt(mus[0] * mus[-1]))
-    lo, hi = fit_for("rect", mus[0]), fit_for("rect", mus[-1])
+    mid = interpolate_fits(fits["rect"], math.sqrt(mus[0] * mus[1]))   # between two fits
+    lo, hi = fit_for("rect", mus[0]), fit_for("rect", mus[1])
     for w, a, b in zip(mid.weights, lo.weights, hi.weights):
         assert min(a, b) - 1e-12 <= w <= max(a, b) + 1e-12
     with pytest.raises(ValueError, match="shape"):
@@ -171,3 +171,9 @@ def test_shipped_model_predicts_a_simulated_pour(shape_name):
     for rec in recs:
         err = sysid.prediction_errors(rec, fit_for(shape_name, 1e-3))
         assert err["volume"] < 0.1, err
+
+
+def test_head_alone_is_the_lookup_head():
+    liquid = SimplifiedLiquid(SHAPES[1], SHAPES[1].liquid_area(0.7), _fit("frustum"))
+    for theta in np.linspace(-2.5, 2.5, 41):
+        assert liquid.head(theta) == pytest.approx(liquid.lookup(theta)[0], abs=1e-15)

@@ -1,8 +1,8 @@
 """taigym.agents: everything that acts in an env, behind one protocol (``reset``, ``act``).
 
-``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``.
-Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``bc``, ``dagger``, ``rh``,
-``ppo``, ``sac``.
+``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``
+(seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
+``sac`` (Stable-Baselines3). Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``rh``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ _REGISTRY = {
     "random": "taigym.agents.random:RandomAgent",
     "scripted": "taigym.agents.scripted:ScriptedAgent",
     "sqp": "taigym.agents.sqp:SQPAgent",
+    "bc": "taigym.agents.bc:BCAgent",
+    "dagger": "taigym.agents.dagger:DAggerAgent",
+    "ppo": "taigym.agents.ppo:PPOAgent",
+    "sac": "taigym.agents.sac:SACAgent",
 }
-PLANNED = ("sfrrt", "cmaes", "stance", "bc", "dagger", "rh", "ppo", "sac")
+PLANNED = ("sfrrt", "cmaes", "stance", "rh")
 
 
 def register(name: str, target: str) -> None:

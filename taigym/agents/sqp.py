@@ -9,7 +9,8 @@ expert at the states the learner visits this way; ``replan_every=k`` does it eve
 
 Options: ``replan_every`` (0 = never), ``min_nodes`` (shortest replanning horizon, nodes),
 ``drain_time`` (s, default 1: the plan ends this long before the episode, and S then holds its
-final lean so that the last liquid drains) and
+final lean so that the last liquid drains), ``warm_start`` (default True: a replan starts from
+the rest of the current plan) and
 any field of :class:`taigym.planners.sqp.SQPConfig` (``final_lean``, ``time_limit``, ...).
 """
 
@@ -23,7 +24,7 @@ from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
 
 from .base import Agent
 
-AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0}
+AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0, "warm_start": True}
 
 
 class SQPAgent(Agent):
@@ -69,10 +70,24 @@ class SQPAgent(Agent):
             task, wall_thickness=wall, pose=info.get("source_pose"),
             velocity=info.get("source_velocity"), time=t,
             in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0))
-        plan = plan_pour(prob, cfg)
+        plan = plan_pour(prob, cfg, init=self._warm_start(task, t, nodes, prob.start_pose))
         self.planning_seconds += plan.wall_time
         self.plan, self._task, self._step = plan, task, 0
         return plan
+
+    def _warm_start(self, task, t: float, nodes: int, pose) -> np.ndarray | None:
+        """The rest of the current plan from time t (held at its end), starting at ``pose``: a
+        replan from a nearby state then converges in a few iterations."""
+        plan = self.plan
+        if plan is None or task is not self._task or not self.cfg["warm_start"]:
+            return None
+        k = int(round((t - plan.times[0]) / (plan.times[1] - plan.times[0])))
+        if not 0 <= k < len(plan.poses):
+            return None
+        init = plan.poses[k:k + nodes + 1]
+        init = np.vstack([init, np.repeat(init[-1:], nodes + 1 - len(init), axis=0)])
+        init[0] = pose
+        return init
 
     def act(self, obs, info: dict) -> np.ndarray:
         task = self.env.unwrapped.task

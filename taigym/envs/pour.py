@@ -587,16 +587,17 @@ class PourBatch:
         return m.v
 
     # ------------------------------------------------------------------ reset
-    def _prepare(self, task: PourTask):
+    def _prepare(self, task: PourTask, particles: bool = True):
         """(S, T, S's liquid lattice, S's solid sampled along its walls, obstacles as (x, y,
         half width, half height)) of a task, checked before anything changes, so that a failed
-        reset leaves the member as it was (any fidelity)."""
+        reset leaves the member as it was (any fidelity; the lattice only with ``particles`` or
+        obstacles)."""
         cfg = self.cfg
         source = task.source_shape(cfg.wall_thickness)
         target = task.target_shape(cfg.wall_thickness)
-        fill_pts = source.fill_points(task.fill, 0.5 * cfg.dx)  # World2D.spacing
-        solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
         obst = [(x, y, 0.5 * wd, 0.5 * ht) for x, y, wd, ht in task.obstacles]
+        fill_pts = source.fill_points(task.fill, 0.5 * cfg.dx) if (obst or particles) else None
+        solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
         if obst:
             self._check_obstacles(task, source, target, solid_pts, fill_pts, obst)
         return source, target, fill_pts, solid_pts, obst
@@ -680,7 +681,7 @@ class PourBatch:
     def _finish_reset(self, b: int, fr: dict, frame: np.ndarray) -> None:
         m = self.members[b]
         m.spilled = fr["spilled"]
-        m.hist = np.repeat(np.asarray(frame, np.float64)[None], HISTORY, axis=0)
+        m.hist = np.repeat(frame[None], HISTORY, axis=0)
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
 
@@ -766,7 +767,13 @@ class PourBatch:
             pen_e = max(0.0, r - min(lo[0], lo[1], W - hi[0], H - hi[1]))
         pen_t = 0.0
         if near_t:
-            pen_t = max(0.0, r - m.t_walls.min_distance(pts - t_pose[:2]))  # T is never rotated
+            loc = pts - t_pose[:2]                          # T is never rotated
+            # only points within r of T's solid's bounding box can reach T's solid (exact cut)
+            a0, b0, a1, b1 = m.t_box
+            x, y = loc[:, 0], loc[:, 1]
+            close = (x > a0 - r) & (x < a1 + r) & (y > b0 - r) & (y < b1 + r)
+            if close.any():
+                pen_t = max(0.0, r - m.t_walls.min_distance(loc[close]))
         pen_o = self._obstacle_penetration(m, pose, pts) if near_o else 0.0
         return pen_t, pen_e, pen_o
 
@@ -903,7 +910,7 @@ class PourBatch:
             buf[N_STATE:] = m.hist.ravel()
             obs = np.minimum(np.maximum(buf, self.obs_lo), self.obs_hi).astype(np.float32)
             st = obs[:N_STATE]
-            if not np.isfinite(st).all():
+            if math.isnan(st.sum()):                     # clipping leaves only nan to fix
                 obs[:N_STATE] = np.clip(np.nan_to_num(st), self.state_lo, self.state_hi)
             return obs
         if cfg.obs_mode == "particles":
@@ -917,24 +924,26 @@ class PourBatch:
 
     # ------------------------------------------------------------------ step
     def _moves(self, actions: np.ndarray, active: np.ndarray) -> list[tuple]:
-        """The active members' moves under actions in [-1, 1]^3: (member, action, S's next pose,
-        S's velocity, T's next pose, clipped, S's penetration into T) each."""
+        """The active members' moves (all if ``active`` is None) under actions in [-1, 1]^3:
+        (member, action, S's next pose, S's velocity, T's next pose, clipped, S's penetration
+        into T) each."""
         dt, members = CONTROL_DT, self.members
         acts = np.asarray(actions, np.float64)
-        if not np.isfinite(acts).all():
+        if not math.isfinite(acts.sum()):               # one reduction: any nan or inf
             acts = np.nan_to_num(acts)
         acts = np.minimum(np.maximum(acts, -1.0), 1.0)
         deltas = acts * ACTION_SCALE
         plans = []
-        for b in (range(self.B) if active.all() else np.flatnonzero(active).tolist()):
+        for b in (range(self.B) if active is None else np.flatnonzero(active).tolist()):
             m = members[b]
             t_next = m.task.target_pose_at(m.time + dt)
             s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
             plans.append((b, acts[b], s_next, (s_next - m.s_pose) / dt, t_next, clipped, pen))
         return plans
 
-    def step(self, actions: np.ndarray, active: np.ndarray) -> None:
-        """Advance the active members by one control step under their actions in [-1, 1]^3."""
+    def step(self, actions: np.ndarray, active: np.ndarray | None) -> None:
+        """Advance the active members (all if ``active`` is None) by one control step under their
+        actions in [-1, 1]^3."""
         w, dt = self.world, CONTROL_DT
         B, members = self.B, self.members
         poses = np.empty((B, N_BODIES, 3))   # (member, body: SOURCE, TARGET, obstacles, x y theta)
@@ -1140,7 +1149,7 @@ class PourEnv(gym.Env):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
         a = np.asarray(action, dtype=np.float64).reshape(3)
-        self._batch.step(a[None], np.array([True]))
+        self._batch.step(a[None], None)
         reward, terminated, truncated = self._batch.outcome(0)
         return (self._batch.observation(0), reward, terminated, truncated,
                 dict(self._batch.members[0].info))

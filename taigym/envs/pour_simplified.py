@@ -46,20 +46,22 @@ class SimplifiedMember:
         self.v0 = source.liquid_area(task.fill)
         self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity))
         self.obstacles = tuple(tuple(map(float, o)) for o in obstacles)
-        self.t_oc = target.opening_centre
+        self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
+        self.t_oc = tuple(float(v) for v in target.opening_centre)
         self.t_half = 0.5 * target.width
         self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time]
         self.in_target = self.spilled = 0.0
         self.last = None                   # the last step's Outflow
 
     # ------------------------------------------------------------------ dynamics
-    def step(self, pose, velocity, theta_prev: float, t_end: float, dt: float) -> float:
-        """Advance the liquid by one control step that ends at ``t_end`` with S at ``pose``;
-        returns the R_p earned (fraction-weighted) by packets landing in T during the step."""
+    def step(self, pose, velocity, theta_prev: float, t_end: float, dt: float, t_pose) -> float:
+        """Advance the liquid by one control step that ends at ``t_end`` with S at ``pose`` and
+        T at ``t_pose``; returns the R_p earned (fraction-weighted) by packets landing in T
+        during the step."""
         out = self.liquid.step(pose, velocity, theta_prev, dt)
         self.last = out
         if out.volume > 0.0:
-            self._emit(out, t_end)
+            self._emit(out, t_end, float(t_pose[1]))
         earned = 0.0
         if self.packets:
             keep = []
@@ -75,11 +77,10 @@ class SimplifiedMember:
             self.packets = keep
         return earned
 
-    def _emit(self, out, t_emit: float) -> None:
+    def _emit(self, out, t_emit: float, t_y: float) -> None:
         task = self.task
         frac = out.volume / self.v0
-        t_pose = task.target_pose_at(t_emit)
-        rim = t_pose[1] + self.t_oc[1]
+        rim = t_y + self.t_oc[1]
         hit = landing(out.start, out.velocity, rim)
         in_t, rp = False, 0.0
         if hit is None:                                   # never comes down to T's rim: floor
@@ -117,32 +118,26 @@ class SimplifiedMember:
     def level(self, pose) -> tuple[float, float]:
         """(world height of S's free surface, m; tables' head above the pouring lip, m)."""
         x, y, th = pose
-        h = self.liquid.lookup(th)[0]
-        lip = self.source.lips[1] if th <= 0.0 else self.source.lips[0]
+        h = self.liquid.head(th)
+        lip = self.lips[1] if th <= 0.0 else self.lips[0]
         c, s = math.cos(th), math.sin(th)
         return y + s * lip[0] + c * lip[1] + h, h
 
-    def column_tops(self, pose, columns: list[tuple[float, float, float]]) -> list[float]:
-        """Height (m, S frame) of the top of the liquid on S-frame vertical lines given as
-        (x, y_low, y_high) of the interior on them; nan where there is no liquid. (Pure Python:
-        a handful of lines, every step.)"""
-        nan = math.nan
+    def column_heights(self, pose, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                       scale: float) -> np.ndarray:
+        """Height of the top of the liquid on S-frame vertical lines ``xs`` whose interior spans
+        [lo, hi] (m), times ``scale`` and clipped to [0, 1.5]; 0 where there is no liquid."""
         if self.liquid.volume <= 0.0:
-            return [nan] * len(columns)
-        level, _ = self.level(pose)
-        x, y, th = pose
+            return np.zeros(len(xs))
+        x, y, th = (float(v) for v in pose)
+        level, _ = self.level((x, y, th))
         c, s = math.cos(th), math.sin(th)
-        out = []
-        for cx, lo, hi in columns:
-            rhs = level - y - s * cx                     # liquid where c * y_local <= rhs
-            if c > 1e-9:
-                top = min(hi, rhs / c)
-            elif c < -1e-9:
-                top = hi if hi >= rhs / c else nan
-            else:
-                top = hi if rhs >= 0.0 else nan
-            out.append(top if top >= lo else nan)      # nan >= lo is False: stays nan
-        return out
+        rhs = level - y - s * xs                        # liquid where c * y_local <= rhs
+        if c > 1e-9:
+            top = np.minimum(hi, rhs / c)
+        else:                                           # upside down: liquid from the top down
+            top = np.where(c * hi <= rhs, hi, -np.inf)
+        return np.where(top >= lo, np.minimum(np.maximum(top * scale, 0.0), 1.5), 0.0)
 
     def render_points(self, pose, t_pose, time: float, spacing: float):
         """Points standing for the liquid (world, m) and their velocities, for drawing: a lattice
@@ -192,7 +187,7 @@ class SimplifiedPourBatch(PourBatch):
         return outflow_tables(source).max_lean(source.liquid_area(task.fill))
 
     def reset_member(self, b: int, task, jitter_seed: int) -> None:
-        source, target, _, solid_pts, obst = self._prepare(task)
+        source, target, _, solid_pts, obst = self._prepare(task, particles=False)
         m = self._init_member(b, task, source, target, solid_pts, obst)
         m.liq = SimplifiedMember(task, source, target, task.obstacles)
         m.n = 0
@@ -219,8 +214,8 @@ class SimplifiedPourBatch(PourBatch):
         poly = np.asarray(s.interior)
         # a hair inside, so that the lines at the lips cut the side walls
         xs = np.clip(xs, poly[:, 0].min() + 1e-9, poly[:, 0].max() - 1e-9)
-        lo, hi = _columns(poly, xs)
-        m.columns = list(zip(xs.tolist(), lo.tolist(), hi.tolist()))
+        m.col_x = xs
+        m.col_lo, m.col_hi = _columns(poly, xs)
 
     def _liquid_fractions(self, m: _Member) -> dict:
         q = m.liq
@@ -230,19 +225,17 @@ class SimplifiedPourBatch(PourBatch):
     def _frame(self, m: _Member, loc) -> np.ndarray:
         if self.cfg.obs_mode not in ("features", "lip"):
             return np.zeros(0)
-        inv_h = 1.0 / m.source.height
-        y = [0.0 if t != t else min(max(t * inv_h, 0.0), 1.5)        # t != t: nan, no liquid
-             for t in m.liq.column_tops(m.s_pose, m.columns)]
+        y = m.liq.column_heights(m.s_pose, m.col_x, m.col_lo, m.col_hi, 1.0 / m.source.height)
         if self.cfg.obs_mode == "features":
             return y
-        return [max(y[:3]), max(y[3:])]
+        return np.array([y[:3].max(), y[3:].max()])
 
-    def step(self, actions: np.ndarray, active: np.ndarray) -> None:
+    def step(self, actions: np.ndarray, active: np.ndarray | None) -> None:
         for b, a, s_next, s_vel, t_next, clipped, pen in self._moves(actions, active):
             m = self.members[b]
             theta_prev = float(m.s_pose[2])
             self._advance_clock(m, s_next, s_vel, t_next)
-            earned = m.liq.step(s_next, s_vel, theta_prev, m.time, CONTROL_DT)
+            earned = m.liq.step(s_next, s_vel, theta_prev, m.time, CONTROL_DT, t_next)
             frame = self._frame(m, None) if self.cfg.obs_mode in ("features", "lip") else None
             self._finish_step(b, a, self._liquid_fractions(m), earned, frame, clipped, pen)
 

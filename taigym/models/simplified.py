@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -133,8 +134,7 @@ def fit_for(shape: str, viscosity: float, path: str | None = None) -> OutflowFit
     return interpolate_fits(fits[shape], viscosity)
 
 
-@dataclass(frozen=True)
-class Outflow:
+class Outflow(NamedTuple):
     """What left S in one step: ``volume`` (m^2), ``speed`` u (m/s), the section's centroid
     ``start`` (world, m) and the jet's velocity ``velocity`` (world, m/s, S's motion included)."""
 
@@ -188,10 +188,24 @@ class SimplifiedLiquid:
         dx, dy = (1.0, 0.0) if wy > 0.0 else (wx / n, wy / n)
         return h, sec, sign * cx, cy, drop, sign * dx, dy
 
+    def head(self, theta: float) -> float:
+        """h alone (m): the free surface's height over the pouring lip at pose angle ``theta``."""
+        if self._flat is None:
+            self.lookup(theta)
+        t = self.tables
+        n_l, n_v = len(t.leans), len(t.volumes)
+        li = min(max(abs(theta), 0.0) * self._lean_scale, n_l - 1.0)
+        vj = min(max(self.volume, 0.0) * self._vol_scale, n_v - 1.0)
+        i, j = min(int(li), n_l - 2), min(int(vj), n_v - 2)
+        fi, fj = li - i, vj - j
+        f, k0 = self._flat, (i * n_v + j) * 4
+        k1 = k0 + 4 * n_v
+        return (f[k0] + (f[k0 + 4] - f[k0]) * fj) * (1.0 - fi) + (f[k1] + (f[k1 + 4] - f[k1]) * fj) * fi
+
     def step(self, pose, velocity, theta_prev: float, dt: float) -> Outflow:
         """Advance by ``dt`` s with S at ``pose`` = (x, y, theta) moving at ``velocity`` =
         (vx, vy, omega); ``theta_prev`` is the angle one step earlier (for the lean rate)."""
-        x, y, th = pose
+        x, y, th = (float(v) for v in pose)             # Python floats: NumPy scalars are slower
         h, a, cx, cy, drop, dx, dy = self.lookup(th)
         c, s = math.cos(th), math.sin(th)
         wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
@@ -203,7 +217,7 @@ class SimplifiedLiquid:
         out = min(self.volume, dt * self.fit.discharge * a * u)
         self.volume -= out
         self.speed = u
-        vx, vy, om = velocity
+        vx, vy, om = (float(v) for v in velocity)
         # S's rigid velocity at the section's centroid plus the jet's own
         jx = vx - om * (wy - y) + u * dx
         jy = vy + om * (wx - x) + u * dy

@@ -1,0 +1,195 @@
+"""DAgger vs behaviour cloning at equal expert labels, against the expert (issue 6, "must show" 1).
+
+    python scripts/dagger_vs_bc.py                                   # sqp expert, 100 eval tasks
+    python scripts/dagger_vs_bc.py --expert scripted --eval-tasks 30 # cheap expert
+    python scripts/dagger_vs_bc.py --demo-episodes 2 --rounds 1 --episodes-per-round 1 \
+        --eval-tasks 3 --max-epochs 20 --out out/dagger_vs_bc_tiny      # a smoke run
+
+On the simplified Pour-v0: trains DAgger (round 0 = ``--demo-episodes`` expert episodes, then
+``--rounds`` rounds of ``--episodes-per-round`` beta-mixed rollouts in which the expert relabels
+every visited state; ``sqp`` replans from each), counts the expert labels L in DAgger's final
+dataset, trains BC on expert demonstrations holding exactly L labels, and evaluates the expert,
+BC and DAgger on the first ``--eval-tasks`` tasks of the eval split. Prints a Markdown table
+(success with Wilson 95 % CI, in_target and spilled with 95 % CI of the mean, per-decision
+latency and its ratio to the expert's) and ends with one JSON line.
+
+Both trainings live in ``--out`` (``dagger/``, ``bc/``) and checkpoint there: rerunning the same
+command after an interruption resumes them; the evaluations are rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
+os.environ.setdefault("WANDB_MODE", "disabled")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+import taigym  # noqa: E402
+from taigym.agents import bc, dagger, evaluate, make, summarise  # noqa: E402
+
+
+def make_env(fidelity: str = "simplified", obs_mode: str = "features"):
+    return gym.make("taigym/Pour-v0", fidelity=fidelity, obs_mode=obs_mode)
+
+
+class PrintLogger:
+    """Prints DAgger's per-round metrics (the protocol of taigym.apps.logging)."""
+
+    def __init__(self, prefix: str, keys=None):
+        self.prefix, self.keys = prefix, keys
+
+    def log(self, metrics, step):
+        keys = self.keys or metrics.keys()
+        body = "  ".join(f"{k}={metrics[k]:.4g}" for k in keys if k in metrics)
+        if body:
+            print(f"[{self.prefix} {step}] {body}", flush=True)
+
+    def log_video(self, frames, step, name="video"):
+        pass
+
+    def log_artifact(self, path, name, kind="checkpoint"):
+        pass
+
+    def finish(self):
+        pass
+
+
+class _Quiet(PrintLogger):
+    """BC logs every epoch: keep the output short."""
+
+    def __init__(self):
+        super().__init__("bc")
+
+    def log(self, metrics, step):
+        pass
+
+
+def mean_ci(values) -> tuple[float, float, float]:
+    """Mean and normal-approximation 95 % interval of fractions in [0, 1]."""
+    v = np.asarray(values, float)
+    m = float(v.mean())
+    h = 1.96 * float(v.std(ddof=1)) / math.sqrt(len(v)) if len(v) > 1 else float("nan")
+    return m, max(m - h, 0.0), min(m + h, 1.0)        # fractions: the interval stays in [0, 1]
+
+
+def evaluate_agent(env, agent, tasks, seed: int) -> dict:
+    t0 = time.perf_counter()
+    rows = evaluate(env, agent, tasks, seed=seed)
+    s = summarise(rows)
+    steps = sum(r["steps"] for r in rows)
+    act = sum(r["act_seconds"] * r["steps"] for r in rows)
+    out = {"episodes": len(rows), "success": s["success_rate"], "success_ci95": s["success_ci95"],
+           "wall_seconds": time.perf_counter() - t0,
+           "act_ms": 1e3 * act / max(steps, 1),                        # per decision, over all steps
+           "act_ms_max_episode": 1e3 * max(r["act_seconds"] for r in rows)}
+    for k in ("in_target", "spilled"):
+        m, lo, hi = mean_ci([r[k] for r in rows])
+        out[k], out[f"{k}_ci95"] = m, [lo, hi]
+    return out
+
+
+def table(results: dict, expert: str) -> str:
+    ref = results[expert]["act_ms"]
+    lines = ["| agent | labels | episodes | success | 95 % CI | in target | 95 % CI | spilled | 95 % CI | "
+             "ms / decision | vs expert |", "|" + "---|" * 11]
+    for name, r in results.items():
+        lab = r.get("labels", "")
+        lines.append(
+            f"| {name} | {lab} | {r['episodes']} | {r['success']:.2f} | [{r['success_ci95'][0]:.2f}, "
+            f"{r['success_ci95'][1]:.2f}] | {r['in_target']:.3f} | [{r['in_target_ci95'][0]:.3f}, "
+            f"{r['in_target_ci95'][1]:.3f}] | {r['spilled']:.3f} | [{r['spilled_ci95'][0]:.3f}, "
+            f"{r['spilled_ci95'][1]:.3f}] | {r['act_ms']:.3g} | {r['act_ms'] / ref:.2g} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--expert", default="sqp", choices=("sqp", "scripted"))
+    p.add_argument("--demo-episodes", type=int, default=20, help="DAgger round 0: expert episodes")
+    p.add_argument("--rounds", type=int, default=5, help="DAgger rounds after round 0")
+    p.add_argument("--episodes-per-round", type=int, default=10)
+    p.add_argument("--beta0", type=float, default=0.5)
+    p.add_argument("--beta-decay", type=float, default=0.5)
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--max-epochs", type=int, default=200)
+    p.add_argument("--val-episodes", type=int, default=10,
+                   help="validation rollouts per DAgger round (last train-split tasks; 0: none)")
+    p.add_argument("--eval-tasks", type=int, default=100, help="first N tasks of the eval split")
+    p.add_argument("--obs-mode", default="features", choices=("features", "lip"))
+    p.add_argument("--workers", type=int, default=1, help="processes for rollouts (Ray if installed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="run directory (default out/dagger_vs_bc/<expert>)")
+    p.add_argument("--no-expert-eval", action="store_true", help="skip evaluating the expert itself")
+    args = p.parse_args(argv)
+
+    out = Path(args.out or f"out/dagger_vs_bc/{args.expert}")
+    out.mkdir(parents=True, exist_ok=True)
+    mk = functools.partial(make_env, "simplified", args.obs_mode)
+    env = mk()
+    expert = make(args.expert, env)
+    common = dict(hidden=args.hidden, max_epochs=args.max_epochs, seed=args.seed, workers=args.workers,
+                  progress=sys.stderr.isatty())
+    t0 = time.perf_counter()
+    print(f"DAgger with the {args.expert} expert: {args.demo_episodes} demos + {args.rounds} x "
+          f"{args.episodes_per_round} rollouts", flush=True)
+    dag = dagger.train(mk, dict(common, demo_episodes=args.demo_episodes, rounds=args.rounds,
+                                episodes_per_round=args.episodes_per_round, beta0=args.beta0,
+                                beta_decay=args.beta_decay, eval_episodes=args.val_episodes,
+                                max_epochs=min(args.max_epochs, 100)),
+                       out / "dagger", PrintLogger("dagger round", ["beta", "dataset_size", "labels_queried",
+                                                                     "expert_plans", "success", "in_target",
+                                                                     "spilled"]), expert=expert)
+    t_dagger = time.perf_counter() - t0
+    labels = int(dag.meta["labels"])
+    print(f"DAgger: {labels} expert labels in its dataset ({dag.meta['labels_queried']} queried, "
+          f"{dag.meta['expert_plans']} expert plans), selected round {dag.meta['selected_round']}; "
+          f"BC on {labels} expert labels", flush=True)
+    t0 = time.perf_counter()
+    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=0), out / "bc", _Quiet(), expert=expert)
+    t_bc = time.perf_counter() - t0
+    print(f"BC: {bca.meta['labels']} labels from {bca.meta['demo_kept']} successful of "
+          f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs", flush=True)
+
+    tasks = taigym.envs.tasks("pour", split="eval")[:args.eval_tasks]
+    results = {}
+    agents = ([] if args.no_expert_eval else [(args.expert, expert)]) + [("bc", bca), ("dagger", dag)]
+    for name, agent in agents:
+        print(f"evaluating {name} on {len(tasks)} eval tasks ...", flush=True)
+        results[name] = evaluate_agent(env, agent, tasks, seed=args.seed)
+    results["bc"]["labels"] = int(bca.meta["labels"])
+    results["dagger"]["labels"] = labels
+    ref = args.expert if args.expert in results else "dagger"
+    print()
+    print(table(results, ref))
+    figures = {"expert": args.expert, "eval_tasks": len(tasks), "labels": labels,
+               "dagger_labels_queried": int(dag.meta["labels_queried"]),
+               "dagger_expert_plans": int(dag.meta["expert_plans"]),
+               "dagger_rounds": int(dag.meta["round"]), "dagger_selected_round": int(dag.meta["selected_round"]),
+               "train_seconds": {"dagger": round(t_dagger, 2), "bc": round(t_bc, 2)}}
+    for name, r in results.items():
+        key = "expert" if name == args.expert else name
+        figures[key] = {k: (round(v, 5) if isinstance(v, float) else
+                            [round(x, 5) for x in v] if isinstance(v, list) else v) for k, v in r.items()}
+    if args.expert in results:
+        e = results[args.expert]
+        for name in ("bc", "dagger"):
+            figures[f"{name}_success_vs_expert"] = (results[name]["success"] / e["success"]
+                                                    if e["success"] > 0 else None)
+            figures[f"{name}_latency_vs_expert"] = results[name]["act_ms"] / e["act_ms"]
+    figures["dagger_beats_bc"] = results["dagger"]["success"] > results["bc"]["success"]
+    print(json.dumps(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""``dagger``: Dataset Aggregation (Ross, Gordon & Bagnell, AISTATS 2011) around an expert.
+
+``train(make_env, cfg, run_dir, logger, expert=None)``:
+
+* round 0: expert demonstrations (``demo_episodes`` train-split tasks, or ``cfg["dataset"]``, a
+  Minari dataset), successful ones kept as for ``bc``; fit the MLP policy on them;
+* round i = 1..``rounds``: roll out the mixture pi_i = beta_i * expert + (1 - beta_i) * learner
+  (chosen per step) on ``episodes_per_round`` new train-split tasks, with
+  ``beta_i = beta0 * beta_decay ** (i - 1)``; the expert labels EVERY visited state: a planning
+  expert (``sqp``) first replans from that state (``expert.replan(info)``) and its label is
+  ``expert.act(obs, info)`` from there (``relabel="replan"``; ``"none"`` just calls ``act``,
+  e.g. for ``scripted``, which is closed-loop anyway; ``"auto"`` replans when the expert can);
+  aggregate every labelled state (successful or not) with the data so far; retrain the policy
+  warm-started from round i-1's weights (normalisation fixed at round 0's); evaluate it on
+  ``eval_episodes`` validation tasks (the last train-split tasks); log; checkpoint.
+
+Expert labels are counted (``labels`` = rows of the aggregated dataset, the number to match
+when comparing with ``bc``; ``labels_queried`` also counts discarded failed demonstrations;
+``expert_plans`` the planner calls) and ``max_labels`` stops aggregation at a label budget.
+The returned policy is the last round's (``select="last"``) or the one with the best
+validation success, then in_target (``select="best"``).
+
+Resuming: each round's episodes are written as they end (``run_dir/rounds/r###/``), and the
+state after a round (weights, best round, history, counters) goes to ``run_dir/checkpoint.pt``
+every ``checkpoint_every`` rounds; rerunning resumes after the last checkpointed round
+(reusing any episodes already recorded), and a larger ``rounds`` extends a finished run.
+Everything is seeded, so a resumed run equals an uninterrupted one.
+
+Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``lr``,
+``weight_decay``, ``batch_size``, ``max_epochs`` (per round), ``patience``, ``val_fraction``,
+``seed``, ``threads``), ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None),
+``dataset_root`` (None), ``demo_episodes`` (10), ``success_only`` (True, round 0),
+``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
+``relabel`` ("auto"), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
+``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``progress`` (True).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .bc import build_expert, env_for, load_demos, rollout_metrics, train_tasks, validation_tasks
+from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
+    torch_load, torch_save_atomic
+
+DEFAULTS = dict(expert="sqp", expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
+                success_only=True, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
+                relabel="auto", max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
+                checkpoint_every=1, eval_episodes=10, progress=True)
+DEFAULTS.update(max_epochs=100, patience=10)
+
+
+class DAggerAgent(PolicyAgent):
+    """The DAgger policy (``make("dagger", env, checkpoint=path)`` loads one)."""
+
+    name = "dagger"
+
+
+def beta_at(cfg: dict, rnd: int) -> float:
+    """beta of round ``rnd`` (round 0 is the expert alone)."""
+    return 1.0 if rnd == 0 else float(cfg["beta0"]) * float(cfg["beta_decay"]) ** (rnd - 1)
+
+
+def _score(row: dict) -> tuple:
+    return (row.get("success", 0.0), row.get("in_target", 0.0))
+
+
+def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, expert=None) -> DAggerAgent:
+    """DAgger; see the module docstring. Returns the trained :class:`DAggerAgent`."""
+    from taigym.data import transitions
+    from taigym.data.collect import collect, make_job
+
+    cfg = check_cfg(cfg, DEFAULTS, "dagger")
+    if cfg["select"] not in ("best", "last"):
+        raise ValueError(f"select must be 'best' or 'last', got {cfg['select']!r}")
+    if cfg["relabel"] not in ("auto", "replan", "none"):
+        raise ValueError(f"relabel must be 'auto', 'replan' or 'none', got {cfg['relabel']!r}")
+    for k in ("beta0", "beta_decay"):
+        if not 0.0 <= float(cfg[k]) <= 1.0:
+            raise ValueError(f"{k} must be in [0, 1], got {cfg[k]}")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = env_for(make_env, expert)
+    obs_dim = flat_obs_dim(env.observation_space)
+    act_dim = int(np.prod(env.action_space.shape))
+    expert = build_expert(env, cfg, expert)
+    relabel = cfg["relabel"]
+    if relabel == "auto":
+        relabel = "replan" if hasattr(expert, "replan") else "none"
+    tasks = train_tasks(env)
+    usable = max(len(tasks) - int(cfg["eval_episodes"] or 0), 1)
+    val_tasks = validation_tasks(env, cfg["eval_episodes"])
+    budget = cfg["max_labels"]
+
+    # round 0: demonstrations
+    demo_cfg = dict(cfg, episodes=cfg["demo_episodes"], max_labels=None)
+    demos, demo_stats = load_demos(make_env, env, demo_cfg, run_dir, expert)
+    rounds_eps: list[list] = [demos]
+
+    ckpt = run_dir / "checkpoint.pt"
+    state = torch_load(ckpt) if ckpt.is_file() else None
+    if state is not None and state.get("agent") != "dagger":
+        raise ValueError(f"{ckpt} belongs to another run (agent {state.get('agent')!r}); use a new run_dir")
+    seed_everything(cfg["seed"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"])
+    history: list[dict] = []
+    best = {"round": -1, "score": (-1.0, -1.0), "state": None}
+    counters = {"labels_queried": demo_stats["labels_queried"], "expert_plans": 0,
+                "expert_seconds": demo_stats["expert_seconds"], "learner_steps": 0}
+    counters["expert_plans"] = int(sum(e.expert_plans for e in demos))
+    start_round, resumed_from = 0, None
+    if state is not None:
+        policy.load_state_dict(state["model"])
+        history, best, counters = state["history"], state["best"], state["counters"]
+        start_round = state["round"] + 1
+        resumed_from = state["round"]
+
+    def data_upto(rnd: int):
+        eps = [e for r in rounds_eps[:rnd + 1] for e in r]
+        return transitions(eps, budget)
+
+    def round_jobs(rnd: int) -> list[dict]:
+        first = int(cfg["demo_episodes"]) + (rnd - 1) * int(cfg["episodes_per_round"])
+        out = []
+        for k in range(int(cfg["episodes_per_round"])):
+            t = (first + k) % usable
+            out.append(make_job(t, tasks[t], seed=int(cfg["seed"]) * 1_000_003 + first + k, beta=beta_at(cfg, rnd),
+                                relabel=relabel, mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k,
+                                key=f"r{rnd:03d}-task{t:05d}"))
+        return out
+
+    # the rounds before the checkpoint: their episodes are on disk (reloaded, not rerun)
+    for rnd in range(1, start_round):
+        rounds_eps.append(collect(make_env, expert, round_jobs(rnd), out_dir=run_dir / "rounds" / f"r{rnd:03d}",
+                                  env=env, progress=False))
+
+    rnd = start_round
+    budget_reached = False
+    if history:
+        budget_reached = bool(history[-1].get("budget_reached", False))
+    while rnd <= int(cfg["rounds"]) and not budget_reached:
+        beta = beta_at(cfg, rnd)
+        new_eps: list = []
+        if rnd > 0:
+            params = policy.numpy_params()
+            new_eps = collect(make_env, expert, round_jobs(rnd), out_dir=run_dir / "rounds" / f"r{rnd:03d}",
+                              workers=cfg["workers"], policy_params=params, env=env, progress=cfg["progress"],
+                              desc=f"dagger round {rnd} (beta={beta:.3f})")
+            rounds_eps.append(new_eps)
+            counters["labels_queried"] += int(sum(e.expert_labels for e in new_eps))
+            counters["expert_plans"] += int(sum(e.expert_plans for e in new_eps))
+            counters["expert_seconds"] += float(sum(e.expert_seconds for e in new_eps))
+            counters["learner_steps"] += int(sum(e.learner_steps for e in new_eps))
+        obs, labels, groups = data_upto(rnd)
+        if budget is not None and len(labels) >= int(budget):
+            budget_reached = True
+        # fit: round 0 from scratch (sets the normalisation), later rounds warm-started
+        fit = Fit(policy, obs, labels, groups, cfg, seed=int(cfg["seed"]) + 1000 * rnd, renormalise=(rnd == 0))
+        fit.run()
+        policy = fit.finalise()
+        agent = DAggerAgent(env, policy=policy)
+        row = {"round": rnd, "beta": beta, "dataset_size": int(len(labels)), "labels": int(len(labels)),
+               **counters, "epochs": fit.epoch, "train_loss": fit.history[-1]["train_loss"],
+               "val_loss": fit.best_val, "budget_reached": budget_reached}
+        if rnd > 0:
+            row["rollout_success"] = float(np.mean([e.success for e in new_eps])) if new_eps else float("nan")
+            row["rollout_in_target"] = float(np.mean([e.final["in_target"] for e in new_eps])) if new_eps else 0.0
+        if val_tasks:
+            m = rollout_metrics(env, agent, val_tasks)
+            row.update(m)
+        history.append(row)
+        logger.log({k: float(v) for k, v in row.items() if isinstance(v, (int, float, bool, np.floating))},
+                   step=row["round"])
+        if best["state"] is None or _score(row) >= tuple(best["score"]):
+            best = {"round": rnd, "score": list(_score(row)), "state": copy.deepcopy(policy.state_dict())}
+        last = rnd == int(cfg["rounds"]) or budget_reached
+        if (rnd + 1) % max(int(cfg["checkpoint_every"]), 1) == 0 or last:
+            torch_save_atomic({"agent": "dagger", "round": rnd, "model": policy.state_dict(), "history": history,
+                               "best": best, "counters": counters, "cfg": cfg}, ckpt)
+        rnd += 1
+
+    final_round = history[-1]["round"] if history else 0
+    if cfg["select"] == "best" and best["state"] is not None:
+        policy.load_state_dict(best["state"])
+        chosen = best["round"]
+    else:
+        chosen = final_round
+    policy.eval()
+    meta = {"cfg": cfg, "history": history, "round": final_round, "selected_round": chosen,
+            "resumed_from_round": resumed_from, "labels": history[-1]["labels"] if history else 0,
+            **{k: v for k, v in counters.items()}, "demo_kept": demo_stats["demo_kept"],
+            "demo_filtered": demo_stats["demo_filtered"], "relabel": relabel}
+    agent = DAggerAgent(env, policy=policy, meta=meta)
+    path = run_dir / "agent.pt"
+    agent.save(path)
+    logger.log_artifact(path, name="dagger", kind="checkpoint")
+    return agent
+
+
+__all__ = ["DAggerAgent", "DEFAULTS", "beta_at", "train"]

@@ -1,0 +1,346 @@
+"""A small deterministic MLP policy (torch, CPU) with observation normalisation, shared by
+``bc`` and ``dagger``.
+
+* :class:`MLPPolicy`: ``obs -> (obs - mean) / std -> [Linear, ReLU] x len(hidden) -> Linear``;
+  the normalisation statistics are buffers (saved with the weights). Actions are regressed
+  unsquashed and clipped to the action box when acting.
+* :class:`PolicyAgent`: the agent around a policy (``reset``, ``act``, ``save``, ``load``).
+  ``act`` runs the forward pass in NumPy on a float64 copy of the weights (no torch dispatch:
+  ~20 us per decision), so its latency is the policy's, not the framework's.
+* :func:`fit`: supervised regression (MSE, Adam, minibatches, early stopping on a validation
+  split) with a resumable state, used by ``bc`` (one fit) and ``dagger`` (one fit per round,
+  warm-started).
+
+Everything is seeded: the same data, configuration and seed give the same weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from .base import Agent
+
+#: hyperparameters of the network and of :func:`fit` (shared by ``bc`` and ``dagger``)
+TRAIN_DEFAULTS: dict[str, Any] = dict(
+    hidden=[256, 256],      # widths of the hidden layers
+    lr=1e-3,                # Adam learning rate
+    weight_decay=0.0,       # Adam weight decay
+    batch_size=256,         # minibatch size (transitions)
+    max_epochs=200,         # epochs per fit
+    patience=20,            # early stopping: epochs without a better validation loss
+    val_fraction=0.1,       # fraction of the episodes held out for early stopping
+    seed=0,                 # seeds the initialisation, the split and the minibatch order
+    threads=1,              # torch intra-op threads while training (the machine is shared)
+)
+
+STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
+CLIP_NORMALISED = 10.0      # normalised inputs are clipped to +-10 (states far off the data)
+
+
+def check_cfg(cfg: dict | None, defaults: dict, what: str) -> dict:
+    """``{**defaults, **cfg}``; unknown keys raise ``ValueError`` naming them."""
+    cfg = dict(cfg or {})
+    unknown = sorted(set(cfg) - set(defaults))
+    if unknown:
+        raise ValueError(f"unknown {what} option(s): {', '.join(unknown)}; accepted: "
+                         f"{', '.join(sorted(defaults))}")
+    return {**copy.deepcopy(defaults), **cfg}
+
+
+def flat_obs_dim(space) -> int:
+    if not isinstance(space, spaces.Box) or len(space.shape) != 1:
+        raise ValueError(f"the MLP policy needs a flat Box observation (obs_mode='features' or 'lip'), "
+                         f"got {space}")
+    return int(space.shape[0])
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def torch_save_atomic(obj, path: str | Path) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def torch_load(path: str | Path):
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class MLPPolicy(nn.Module):
+    """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256)):
+        super().__init__()
+        self.obs_dim, self.act_dim, self.hidden = int(obs_dim), int(act_dim), [int(h) for h in hidden]
+        layers: list[nn.Module] = []
+        last = self.obs_dim
+        for h in self.hidden:
+            layers += [nn.Linear(last, h), nn.ReLU()]
+            last = h
+        layers.append(nn.Linear(last, self.act_dim))
+        self.net = nn.Sequential(*layers)
+        self.register_buffer("obs_mean", torch.zeros(self.obs_dim))
+        self.register_buffer("obs_std", torch.ones(self.obs_dim))
+
+    def set_normalisation(self, obs: np.ndarray) -> None:
+        obs = np.asarray(obs, np.float64)
+        self.obs_mean.copy_(torch.as_tensor(obs.mean(0), dtype=torch.float32))
+        self.obs_std.copy_(torch.as_tensor(np.maximum(obs.std(0), STD_FLOOR), dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED)
+        return self.net(x)
+
+    def numpy_params(self) -> dict:
+        """A picklable float64 copy of everything the forward pass needs (for NumPy inference)."""
+        lin = [m for m in self.net if isinstance(m, nn.Linear)]
+        return {"mean": self.obs_mean.double().numpy().copy(), "std": self.obs_std.double().numpy().copy(),
+                "W": [m.weight.detach().double().numpy().T.copy() for m in lin],
+                "b": [m.bias.detach().double().numpy().copy() for m in lin]}
+
+
+class NumpyPolicy:
+    """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable)."""
+
+    def __init__(self, params: dict, low=-1.0, high=1.0):
+        self.p = params
+        self.low, self.high = low, high
+
+    def __call__(self, obs) -> np.ndarray:
+        p = self.p
+        x = np.clip((np.asarray(obs, np.float64).ravel() - p["mean"]) / p["std"], -CLIP_NORMALISED,
+                    CLIP_NORMALISED)
+        n = len(p["W"])
+        for i, (W, b) in enumerate(zip(p["W"], p["b"])):
+            x = x @ W + b
+            if i < n - 1:
+                np.maximum(x, 0.0, out=x)
+        return np.clip(x, self.low, self.high).astype(np.float32)
+
+
+class PolicyAgent(Agent):
+    """An agent acting with an :class:`MLPPolicy` (deterministic). ``make(name, env,
+    checkpoint=path)`` loads a saved policy; without ``checkpoint`` the policy is untrained."""
+
+    name = "policy"
+
+    def __init__(self, env, *, checkpoint: str | Path | None = None, policy: MLPPolicy | None = None,
+                 hidden=None, meta: dict | None = None, **cfg):
+        if cfg:
+            raise ValueError(f"unknown {self.name}-agent option(s): {', '.join(sorted(cfg))}; accepted: "
+                             f"checkpoint, hidden")
+        super().__init__(env)
+        self.meta = dict(meta or {})
+        if checkpoint is not None:
+            if policy is not None:
+                raise ValueError("give checkpoint or policy, not both")
+            policy, meta = _read_policy(checkpoint)
+            self.meta.update(meta)
+        if policy is None:
+            obs_dim = flat_obs_dim(env.observation_space)
+            hidden = TRAIN_DEFAULTS["hidden"] if hidden is None else hidden
+            policy = MLPPolicy(obs_dim, int(np.prod(env.action_space.shape)), hidden)
+        elif hidden is not None and list(hidden) != policy.hidden:
+            raise ValueError(f"hidden={hidden} does not match the policy's {policy.hidden}")
+        self.policy = policy
+        self.cfg = {"hidden": list(policy.hidden)} | ({"checkpoint": str(checkpoint)} if checkpoint else {})
+        self._check_spaces(env)
+        self.refresh()
+
+    def _check_spaces(self, env) -> None:
+        obs_dim = flat_obs_dim(env.observation_space)
+        if obs_dim != self.policy.obs_dim:
+            raise ValueError(f"the policy takes {self.policy.obs_dim} observation entries, the env gives "
+                             f"{obs_dim} (another obs_mode?)")
+        act_dim = int(np.prod(env.action_space.shape))
+        if act_dim != self.policy.act_dim:
+            raise ValueError(f"the policy gives {self.policy.act_dim} actions, the env takes {act_dim}")
+
+    def refresh(self) -> None:
+        """Re-read the torch weights into the NumPy forward pass (after training)."""
+        space = self.env.action_space
+        self._np = NumpyPolicy(self.policy.numpy_params(), space.low, space.high)
+
+    def act(self, obs, info: dict) -> np.ndarray:
+        return self._np(obs)
+
+    def act_batch(self, obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = self.policy(torch.as_tensor(np.asarray(obs, np.float32)))
+        space = self.env.action_space
+        return np.clip(out.numpy(), space.low, space.high)
+
+    def save(self, path: str | Path) -> None:
+        """Write the policy (architecture, weights, normalisation, ``meta``) atomically."""
+        torch_save_atomic({"format": "taigym-mlp-policy/1", "agent": self.name,
+                           "obs_dim": self.policy.obs_dim, "act_dim": self.policy.act_dim,
+                           "hidden": self.policy.hidden, "state_dict": self.policy.state_dict(),
+                           "meta": self.meta}, path)
+
+    @classmethod
+    def load(cls, path: str | Path, env) -> "PolicyAgent":
+        policy, meta = _read_policy(path)
+        return cls(env, policy=policy, meta=meta)
+
+
+def _read_policy(path: str | Path) -> tuple[MLPPolicy, dict]:
+    d = torch_load(path)
+    if not isinstance(d, dict) or d.get("format") != "taigym-mlp-policy/1":
+        raise ValueError(f"{path} is not a saved taigym MLP policy")
+    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"])
+    policy.load_state_dict(d["state_dict"])
+    policy.eval()
+    return policy, dict(d.get("meta", {}))
+
+
+# ---------------------------------------------------------------------------------------- fit
+def split_by_group(groups: np.ndarray, val_fraction: float, rng: np.random.Generator):
+    """Indices (train, val): whole episodes (``groups``) go to validation, at least one when
+    there are two or more; with a single episode, a random ``val_fraction`` of its steps."""
+    n = len(groups)
+    uniq = np.unique(groups)
+    if val_fraction <= 0 or n < 2:
+        return np.arange(n), np.arange(0)
+    if len(uniq) >= 2:
+        k = min(max(int(round(val_fraction * len(uniq))), 1), len(uniq) - 1)
+        val_groups = rng.choice(uniq, size=k, replace=False)
+        val = np.isin(groups, val_groups)
+    else:
+        val = np.zeros(n, bool)
+        val[rng.choice(n, size=max(1, int(round(val_fraction * n))), replace=False)] = True
+    return np.flatnonzero(~val), np.flatnonzero(val)
+
+
+class Fit:
+    """Resumable state of one supervised fit: call :meth:`run` (it returns when it stops early,
+    reaches ``max_epochs``, or after ``stop_after`` more epochs), then :meth:`finalise` for the
+    best weights; :meth:`state_dict` / :meth:`load_state_dict` round-trip everything (current
+    and best weights, optimizer, RNG), so that a fit resumed from a checkpoint continues exactly
+    as if it had not been interrupted."""
+
+    def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
+                 cfg: dict, *, seed: int, renormalise: bool = True):
+        self.policy, self.cfg = policy, cfg
+        self.obs = np.asarray(obs, np.float32)
+        self.act = np.asarray(act, np.float32)
+        self.rng = np.random.default_rng(seed)
+        self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)
+        if renormalise:
+            policy.set_normalisation(self.obs[self.train_idx])
+        self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        self.epoch, self.bad_epochs, self.done, self.reason = 0, 0, False, ""
+        self.best_val, self.best_state = math.inf, copy.deepcopy(policy.state_dict())
+        self.history: list[dict] = []
+        self.torch_gen = torch.Generator().manual_seed(int(seed))
+
+    # -- persistence
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "bad_epochs": self.bad_epochs, "done": self.done, "reason": self.reason,
+                "best_val": self.best_val, "best_state": self.best_state,
+                "model": self.policy.state_dict(), "opt": self.opt.state_dict(),
+                "rng": self.rng.bit_generator.state, "history": self.history,
+                "train_idx": self.train_idx, "val_idx": self.val_idx}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.epoch, self.bad_epochs, self.done = s["epoch"], s["bad_epochs"], s["done"]
+        self.reason = s.get("reason", "")
+        if self.done and self.reason == "max_epochs" and self.epoch < int(self.cfg["max_epochs"]):
+            self.done, self.reason = False, ""      # resumed with a larger epoch budget
+        self.best_val, self.best_state = s["best_val"], s["best_state"]
+        self.policy.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["opt"])
+        self.rng.bit_generator.state = s["rng"]
+        self.history = list(s["history"])
+        self.train_idx, self.val_idx = s["train_idx"], s["val_idx"]
+
+    # -- training
+    def _loss(self, idx: np.ndarray) -> float:
+        if len(idx) == 0:
+            return math.nan
+        with torch.no_grad():
+            pred = self.policy(torch.as_tensor(self.obs[idx]))
+            return float(((pred - torch.as_tensor(self.act[idx])) ** 2).mean())
+
+    def run(self, *, stop_after: int | None = None,
+            on_epoch: Callable[[dict], None] | None = None) -> bool:
+        """Train until done (returns True) or ``stop_after`` epochs ran (returns False)."""
+        cfg = self.cfg
+        ran = 0
+        old_threads = torch.get_num_threads()
+        torch.set_num_threads(max(int(cfg["threads"]), 1))
+        try:
+            while not self.done:
+                if stop_after is not None and ran >= stop_after:
+                    return False
+                self.policy.train()
+                perm = self.rng.permutation(self.train_idx)
+                bs = max(int(cfg["batch_size"]), 1)
+                total, count = 0.0, 0
+                for i in range(0, len(perm), bs):
+                    idx = perm[i:i + bs]
+                    x, y = torch.as_tensor(self.obs[idx]), torch.as_tensor(self.act[idx])
+                    loss = ((self.policy(x) - y) ** 2).mean()
+                    self.opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    self.opt.step()
+                    total += float(loss.detach()) * len(idx)
+                    count += len(idx)
+                self.policy.eval()
+                self.epoch += 1
+                ran += 1
+                val = self._loss(self.val_idx)
+                score = val if len(self.val_idx) else total / max(count, 1)
+                if score < self.best_val - 1e-12:
+                    self.best_val, self.bad_epochs = score, 0
+                    self.best_state = copy.deepcopy(self.policy.state_dict())
+                else:
+                    self.bad_epochs += 1
+                row = {"epoch": self.epoch, "train_loss": total / max(count, 1), "val_loss": val}
+                self.history.append(row)
+                if on_epoch is not None:
+                    on_epoch(row)
+                if self.bad_epochs >= int(cfg["patience"]):
+                    self.done, self.reason = True, "patience"
+                elif self.epoch >= int(cfg["max_epochs"]):
+                    self.done, self.reason = True, "max_epochs"
+            return True
+        finally:
+            torch.set_num_threads(old_threads)
+
+    def finalise(self) -> MLPPolicy:
+        """Load the best weights (lowest validation loss) into the policy and return it.
+        (Checkpoint with :meth:`state_dict` before: it keeps the last weights for resuming.)"""
+        self.policy.load_state_dict(self.best_state)
+        self.policy.eval()
+        return self.policy
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(int(seed))

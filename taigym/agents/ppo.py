@@ -1,0 +1,67 @@
+"""``ppo``: Stable-Baselines3's PPO on ``taigym/Pour-v0`` (simplified fidelity by default).
+
+Train it with ``python -m taigym.apps.train agent=ppo env=pour_simplified`` (hyperparameters in
+``taigym/conf/agent/ppo.yaml``, in the manner of RL Zoo) or from Python::
+
+    from taigym.agents import ppo
+    agent = ppo.train(lambda: gym.make("taigym/Pour-v0", fidelity="simplified"),
+                      {"total_timesteps": 50_000}, run_dir, logger)
+    agent.save(run_dir / "agent.zip"); agent = ppo.PPOAgent.load(run_dir / "agent.zip", env)
+
+``act`` is the deterministic policy (the Gaussian's mean), clipped to the action box.
+
+Options (``cfg``) and defaults: the taigym options ``total_timesteps`` (100000), ``n_envs`` (4),
+``seed`` (0), ``policy`` ("MlpPolicy"), ``policy_kwargs`` (None; e.g. ``{net_arch: [64, 64],
+activation_fn: tanh}``, the activation by name), ``checkpoint_every`` (10000 env steps),
+``device`` ("cpu"), ``torch_threads`` (1), ``verbose`` (0), ``progress_bar`` (False),
+``log_interval`` (1 rollout), ``wandb_gradient_freq`` (0), and PPO's own: ``learning_rate``
+(3e-4), ``n_steps`` (512 per env), ``batch_size`` (128), ``n_epochs`` (10), ``gamma`` (0.99),
+``gae_lambda`` (0.95), ``clip_range`` (0.2), ``ent_coef`` (0.0), ``vf_coef`` (0.5),
+``max_grad_norm`` (0.5), ``use_sde`` (False), ``sde_sample_freq`` (-1), ``target_kl`` (None),
+``normalize_advantage`` (True). Unknown keys raise ``ValueError``.
+
+Checkpoints go to ``run_dir/checkpoints/model.zip`` every ``checkpoint_every`` steps (temporary
+file, then rename); calling ``train`` again on the same ``run_dir`` resumes from there (the
+hyperparameters, except the budget and logging options, must be the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import gymnasium as gym
+
+from .sb3 import COMMON_DEFAULTS, FINAL_CHECKPOINT, SB3Agent, train_sb3
+
+DEFAULTS = {
+    **COMMON_DEFAULTS,
+    "learning_rate": 3e-4,
+    "n_steps": 512,
+    "batch_size": 128,
+    "n_epochs": 10,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.0,
+    "vf_coef": 0.5,
+    "max_grad_norm": 0.5,
+    "use_sde": False,
+    "sde_sample_freq": -1,
+    "target_kl": None,
+    "normalize_advantage": True,
+}
+
+
+class PPOAgent(SB3Agent):
+    name = "ppo"
+    ALGO = "PPO"
+    DEFAULTS = DEFAULTS
+
+
+def train(make_env: Callable[[], gym.Env], cfg: dict, run_dir: Path, logger=None, expert=None) -> PPOAgent:
+    """Train PPO (or resume it from ``run_dir``'s checkpoint); ``expert`` is not used."""
+    return train_sb3(PPOAgent, make_env, cfg, run_dir, logger, expert)
+
+
+__all__ = ["DEFAULTS", "FINAL_CHECKPOINT", "PPOAgent", "train"]

@@ -1,0 +1,271 @@
+"""Expert datasets (Minari), behaviour cloning and DAgger on the simplified Pour-v0 with the cheap
+``scripted`` expert. No network, no W&B: the logger collects what it is given in a list."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import taigym
+from taigym.agents import bc, dagger, evaluate, make, summarise
+from taigym.agents.policy import PolicyAgent
+from taigym.data import collect as collect_mod
+from taigym.data import read_minari
+
+SMALL = dict(hidden=[64, 64], progress=False, eval_episodes=0)
+
+
+def make_env():
+    return gym.make("taigym/Pour-v0", fidelity="simplified")
+
+
+class ListLogger:
+    def __init__(self):
+        self.metrics, self.videos, self.artifacts, self.finished = [], [], [], False
+
+    def log(self, metrics, step):
+        assert all(isinstance(v, (int, float)) for v in metrics.values()), metrics
+        self.metrics.append((int(step), dict(metrics)))
+
+    def log_video(self, frames, step, name="video"):
+        self.videos.append((step, name, len(frames)))
+
+    def log_artifact(self, path, name, kind="checkpoint"):
+        self.artifacts.append((str(path), name, kind))
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.fixture(scope="module")
+def eval_tasks():
+    return taigym.envs.tasks("pour", split="eval")[:6]
+
+
+@pytest.fixture(scope="module")
+def bc_agent(tmp_path_factory):
+    run = tmp_path_factory.mktemp("bc")
+    log = ListLogger()
+    agent = bc.train(make_env, dict(SMALL, expert="scripted", episodes=60, hidden=[256, 256], patience=15),
+                     run, log)
+    return agent, run, log
+
+
+def test_bc_beats_random(bc_agent, eval_tasks):
+    agent, run, log = bc_agent
+    assert agent.meta["demo_kept"] + agent.meta["demo_filtered"] == 60
+    assert agent.meta["labels"] > 1000 and agent.meta["stopped"] in ("patience", "max_epochs")
+    assert (run / "agent.pt").is_file() and log.artifacts[-1][1:] == ("bc", "checkpoint")
+    assert [s for s, _ in log.metrics] == list(range(1, agent.meta["epochs"] + 1))
+    env = make_env()
+    s_bc = summarise(evaluate(env, agent, eval_tasks, seed=0))
+    s_rand = summarise(evaluate(env, make("random", env), eval_tasks, seed=0))
+    assert s_bc["mean_in_target"] > s_rand["mean_in_target"] + 0.2, (s_bc, s_rand)
+    assert s_bc["mean_in_target"] > 0.3
+
+
+def test_policy_save_load_roundtrip(bc_agent, tmp_path):
+    agent, run, _ = bc_agent
+    env = make_env()
+    obs = []
+    o, info = env.reset(seed=3, options={"task": taigym.envs.tasks("pour", "eval")[3]})
+    for _ in range(30):
+        obs.append(o)
+        o, *_ , info = env.step(agent.act(o, info))
+    path = tmp_path / "policy.pt"
+    agent.save(path)
+    for loaded in (bc.BCAgent.load(path, env), make("bc", env, checkpoint=path),
+                   bc.BCAgent.load(run / "agent.pt", env)):
+        assert isinstance(loaded, bc.BCAgent)
+        for x in obs:
+            np.testing.assert_array_equal(loaded.act(x, {}), agent.act(x, {}))
+    # the NumPy forward pass used by act() is the torch module's
+    np.testing.assert_allclose(agent.act_batch(np.stack(obs)), np.stack([agent.act(x, {}) for x in obs]),
+                               atol=1e-5)
+    # the policy refuses an env whose observation does not match
+    with pytest.raises(ValueError, match="observation"):
+        bc.BCAgent.load(path, gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"))
+
+
+def test_unknown_options_raise(tmp_path):
+    with pytest.raises(ValueError, match="bogus"):
+        bc.train(make_env, {"bogus": 1}, tmp_path / "a", ListLogger())
+    with pytest.raises(ValueError, match="beta_zero"):
+        dagger.train(make_env, {"beta_zero": 1}, tmp_path / "b", ListLogger())
+
+
+def test_bc_resumes_from_checkpoint(tmp_path):
+    cfg = dict(SMALL, expert="scripted", episodes=6, patience=1000, checkpoint_every=1)
+    log1, log2 = ListLogger(), ListLogger()
+    first = bc.train(make_env, dict(cfg, max_epochs=3), tmp_path / "run", log1)
+    assert first.meta["epochs"] == 3 and first.meta["resumed_from_epoch"] == 0
+    demos = sorted(p.name for p in (tmp_path / "run" / "demos").iterdir())
+    second = bc.train(make_env, dict(cfg, max_epochs=6), tmp_path / "run", log2)
+    assert second.meta["resumed_from_epoch"] == 3 and second.meta["epochs"] == 6
+    assert [s for s, _ in log2.metrics if "train/loss" in _] == [4, 5, 6]      # continued, not redone
+    assert sorted(p.name for p in (tmp_path / "run" / "demos").iterdir()) == demos
+    # ... and ends exactly where an uninterrupted run does
+    whole = bc.train(make_env, dict(cfg, max_epochs=6), tmp_path / "whole", ListLogger())
+    for a, b in zip(second.policy.state_dict().values(), whole.policy.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_dagger_improves_over_round_zero(tmp_path):
+    log = ListLogger()
+    agent = dagger.train(make_env, dict(SMALL, expert="scripted", demo_episodes=20, rounds=2,
+                                        episodes_per_round=20, eval_episodes=10, select="best"),
+                         tmp_path / "dagger", log)
+    hist = agent.meta["history"]
+    assert [h["round"] for h in hist] == [0, 1, 2] and [s for s, _ in log.metrics] == [0, 1, 2]
+    for key in ("success", "in_target", "dataset_size", "labels_queried", "beta"):
+        assert key in log.metrics[-1][1]
+    assert [h["beta"] for h in hist] == [1.0, 0.5, 0.25]
+    sizes = [h["dataset_size"] for h in hist]
+    assert sizes[0] < sizes[1] < sizes[2]                   # aggregation
+    # rounds >= 1 label every visited state (the whole episode, successful or not)
+    from taigym.data import load_episode
+
+    eps = [load_episode(f) for f in sorted((tmp_path / "dagger" / "rounds" / "r002").glob("*.npz"))]
+    assert len(eps) == 20 and sizes[2] - sizes[1] == sum(len(e) for e in eps)
+    assert all(e.expert_labels == len(e) for e in eps)
+    assert hist[1]["learner_steps"] > 0
+    best_later = max(h["in_target"] for h in hist[1:])
+    assert best_later > hist[0]["in_target"] + 0.1, hist
+    assert agent.meta["selected_round"] >= 1
+
+
+def test_dagger_resumes_per_round(tmp_path):
+    cfg = dict(SMALL, expert="scripted", demo_episodes=4, episodes_per_round=2, max_epochs=5, select="last")
+    log1, log2 = ListLogger(), ListLogger()
+    first = dagger.train(make_env, dict(cfg, rounds=1), tmp_path / "run", log1)
+    assert first.meta["round"] == 1 and first.meta["resumed_from_round"] is None
+    second = dagger.train(make_env, dict(cfg, rounds=2), tmp_path / "run", log2)
+    assert second.meta["resumed_from_round"] == 1
+    assert [s for s, _ in log2.metrics] == [2]                # only the new round ran
+    assert [h["round"] for h in second.meta["history"]] == [0, 1, 2]
+    whole = dagger.train(make_env, dict(cfg, rounds=2), tmp_path / "whole", ListLogger())
+    assert second.meta["labels"] == whole.meta["labels"]
+    for a, b in zip(second.policy.state_dict().values(), whole.policy.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+class StubPlanner:
+    """A stand-in for a planning expert: counts replans, labels with the replanned state."""
+
+    name = "stub"
+
+    def __init__(self):
+        self.replans, self.cfg = [], {}
+        self.plan = None
+
+    def reset(self, *, seed=None):
+        self.plan = None
+
+    def replan(self, info):
+        self.replans.append(float(info["time"]))
+        self.plan = object()
+
+    def act(self, obs, info):
+        assert self.plan is not None and self.replans[-1] == float(info["time"])
+        return np.array([0.0, 0.0, -1.0], np.float32)
+
+
+def test_rollout_relabels_every_visited_state():
+    env = make_env()
+    task = taigym.envs.tasks("pour", "train")[0]
+    expert = StubPlanner()
+    learner = lambda obs: np.array([0.0, 0.5, 0.0], np.float32)    # noqa: E731
+    ep = collect_mod.rollout(env, expert, task=task, seed=0, policy=learner, beta=0.0, relabel="auto")
+    assert len(expert.replans) == len(ep) == ep.expert_plans == ep.expert_labels
+    assert ep.learner_steps == len(ep)
+    np.testing.assert_array_equal(ep.actions, np.tile([0.0, 0.5, 0.0], (len(ep), 1)))
+    np.testing.assert_array_equal(ep.labels, np.tile([0.0, 0.0, -1.0], (len(ep), 1)))
+    assert ep.obs.shape == (len(ep) + 1,) + env.observation_space.shape
+    # beta = 1: the expert's actions are applied
+    ep1 = collect_mod.rollout(env, StubPlanner(), task=task, seed=0, policy=learner, beta=1.0)
+    assert ep1.learner_steps == 0
+    np.testing.assert_array_equal(ep1.actions, ep1.labels)
+
+
+def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
+    import minari
+
+    from taigym.apps import demos
+
+    monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
+    args = ["env=pour", "agent=scripted", "episodes=6", f"out={tmp_path}", "progress=false",
+            "dataset_id=test/pour/scripted-v0"]
+    real = collect_mod.rollout
+    calls = []
+
+    def interrupted(*a, **k):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(k["task_index"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(collect_mod, "rollout", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        demos.main(args)
+    assert not (tmp_path / "test/pour/scripted-v0").exists()          # nothing half-written
+    calls.clear()
+    monkeypatch.setattr(collect_mod, "rollout", lambda *a, **k: calls.append(k["task_index"]) or real(*a, **k))
+    assert demos.main(args) == 0
+    assert calls == [3, 4, 5]                                       # only the missing episodes ran
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["episodes"] == 6 and summary["kept"] + summary["filtered"] == 6
+    assert 0 < summary["kept"] < 6                                  # (the scripted expert fails some)
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
+    ds = minari.load_dataset("test/pour/scripted-v0")
+    assert ds.total_episodes == summary["kept"] and ds.total_steps == summary["steps"]
+    for e in ds.iterate_episodes():
+        assert e.infos["success"][-1] == 1.0
+        assert e.observations.shape[0] == e.actions.shape[0] + 1
+    # rerunning the finished command does nothing
+    calls.clear()
+    demos.main(args)
+    assert calls == [] and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rebuilt"] is False
+    # bc trains from it (by id, under MINARI_DATASETS_PATH)
+    eps = read_minari("test/pour/scripted-v0")
+    agent = bc.train(make_env, dict(SMALL, dataset="test/pour/scripted-v0", max_epochs=3), tmp_path / "bc",
+                     ListLogger())
+    assert agent.meta["labels"] == sum(len(e) for e in eps) == summary["steps"]
+    assert isinstance(agent, PolicyAgent)
+
+
+def test_collect_with_two_workers_matches_serial(tmp_path):
+    from taigym.data.collect import collect, make_job
+
+    env = make_env()
+    expert = make("scripted", env)
+    tasks = taigym.envs.tasks("pour", "train")
+    jobs = [make_job(i, tasks[i], seed=i) for i in range(2)]
+    serial = collect(make_env, expert, jobs, env=env, progress=False)
+    parallel = collect(make_env, expert, jobs, out_dir=tmp_path, workers=2, progress=False,
+                       backend="multiprocessing")
+    for a, b in zip(serial, parallel):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.labels, b.labels)
+    assert len(list(tmp_path.glob("*.npz"))) == 2
+
+
+def test_collect_on_a_local_ray_cluster(tmp_path):
+    pytest.importorskip("ray")
+    from taigym.data.collect import collect, make_job
+
+    env = make_env()
+    expert = make("scripted", env)
+    tasks = taigym.envs.tasks("pour", "train")
+    jobs = [make_job(i, tasks[i], seed=i) for i in range(2)]
+    serial = collect(make_env, expert, jobs, env=env, progress=False)
+    # Ray workers import what they run: an env constructor from an importable module
+    make_fn = functools.partial(gym.make, "taigym/Pour-v0", fidelity="simplified")
+    remote = collect(make_fn, expert, jobs, out_dir=tmp_path, workers=2, progress=False, backend="ray")
+    for a, b in zip(serial, remote):
+        np.testing.assert_array_equal(a.labels, b.labels)
