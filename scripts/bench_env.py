@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 import taigym.agents as agents  # noqa: E402
 from taigym.envs import tasks  # noqa: E402
-from taigym.envs.pour import CONTROL_DT  # noqa: E402
+from taigym.envs.pour import CONTROL_DT, MAX_OBSTACLES, PARKED_POSE  # noqa: E402
 
 
 def record(env, task, seed):
@@ -60,8 +60,9 @@ def time_raw(env, task, seed, poses, batch):
     args = []
     for (s0, t0), (s1, t1) in zip(poses[:-1], poses[1:]):
         sv, tv = (s1 - s0) / CONTROL_DT, (t1 - t0) / CONTROL_DT
-        pose = np.tile(np.stack([s0, t0]), (batch, 1, 1))
-        vel = np.tile(np.stack([sv, tv]), (batch, 1, 1))
+        parked = [PARKED_POSE] * MAX_OBSTACLES          # the unused obstacle slots (static)
+        pose = np.tile(np.stack([s0, t0, *parked]), (batch, 1, 1))
+        vel = np.tile(np.stack([sv, tv, *np.zeros((MAX_OBSTACLES, 3))]), (batch, 1, 1))
         args.append((pose, vel))
     start = time.perf_counter()
     for pose, vel in args:
