@@ -673,7 +673,11 @@ class PourBatch:
         return m
 
     def _max_tilt(self, source, task: PourTask) -> float:
-        return source.max_tilt_angle(task.fill)
+        """S's quasi-static max tilt at the task's fill (rad), from seed 000's lookup tables
+        (cached per container; within 2e-3 rad of ``Container.max_tilt_angle``, ~20x faster)."""
+        from taigym.models.outflow_tables import outflow_tables
+
+        return outflow_tables(source).max_lean(source.liquid_area(task.fill))
 
     def _frame_size(self) -> int:
         return {"features": self.cfg.heightfield_bins, "lip": 2}.get(self.cfg.obs_mode, 0)
@@ -1070,19 +1074,21 @@ class PourBatch:
         x, v = m.x, self.velocities(b)
         bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
                   (m.source, m.s_pose, _render.SOURCE_COLOUR)]
-        lines = []
-        if parabola:
-            est = self.outflow(b)
-            if est is not None:
-                c, u = est
-                tau = np.linspace(0.0, 0.6, 40)
-                pts = c + u * tau[:, None] + 0.5 * np.array([0.0, GRAVITY]) * tau[:, None] ** 2
-                pts = pts[pts[:, 1] >= 0.0]
-                if len(pts) > 1:
-                    lines.append((pts, _render.PARABOLA_COLOUR))
+        lines = self._parabola(b) if parabola else []
         return _render.render_scene(size_hw, DOMAIN, bodies, x, v,
                                     particle_size=1.2 * w.spacing, polylines=lines,
                                     boxes=m.task.obstacles)
+
+    def _parabola(self, b: int) -> list:
+        """The outflow parabola of member b as a polyline to draw (0.6 s of flight), if any."""
+        est = self.outflow(b)
+        if est is None:
+            return []
+        c, u = est
+        tau = np.linspace(0.0, 0.6, 40)[:, None]
+        pts = c + u * tau + 0.5 * np.array([0.0, GRAVITY]) * tau ** 2
+        pts = pts[pts[:, 1] >= 0.0]
+        return [(pts, _render.PARABOLA_COLOUR)] if len(pts) > 1 else []
 
 
 def make_batch(cfg: PourConfig, batch_size: int = 1) -> PourBatch:

@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from taigym.models.outflow_tables import outflow_tables
 from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing
+
+from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
 _FLIGHT_SAMPLES = 8             # points per parabola checked against the obstacles
 
@@ -169,8 +170,6 @@ class SimplifiedMember:
 
 
 # ---------------------------------------------------------------------- the batch
-from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render  # noqa: E402
-
 
 class SimplifiedPourBatch(PourBatch):
     """``PourBatch`` with the reduced liquid: same moves, clipping, observations, rewards and
@@ -182,9 +181,6 @@ class SimplifiedPourBatch(PourBatch):
     def release(self) -> None:
         for m in self.members:
             m.task = None
-
-    def _max_tilt(self, source, task) -> float:
-        return outflow_tables(source).max_lean(source.liquid_area(task.fill))
 
     def reset_member(self, b: int, task, jitter_seed: int) -> None:
         source, target, _, solid_pts, obst = self._prepare(task, particles=False)
@@ -254,14 +250,6 @@ class SimplifiedPourBatch(PourBatch):
         x, v = m.liq.render_points(m.s_pose, m.t_pose, m.time, spacing)
         bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
                   (m.source, m.s_pose, _render.SOURCE_COLOUR)]
-        lines = []
-        est = self.outflow(b) if parabola else None
-        if est is not None:
-            c, u = est
-            tau = np.linspace(0.0, 0.6, 40)[:, None]
-            pts = c + u * tau + 0.5 * np.array([0.0, -GRAVITY]) * tau ** 2
-            pts = pts[pts[:, 1] >= 0.0]
-            if len(pts) > 1:
-                lines.append((pts, _render.PARABOLA_COLOUR))
+        lines = self._parabola(b) if parabola else []
         return _render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
                                     polylines=lines, boxes=m.task.obstacles)
