@@ -58,8 +58,10 @@ def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Pat
     curves = [sysid.monotone_tilt_curve(rng, 100) for _ in range(n)]
     if path.exists():
         z = np.load(path)
+        vel = z["velocity"] if "velocity" in z.files else None    # older records: speeds only
         return [sysid.PourRecord(c, f, viscosity, z["lean"][i], z["volume"][i], z["speed"][i],
-                                 z["crossed"][i]) for i, (c, f) in enumerate(zip(containers, fills))]
+                                 z["crossed"][i], None if vel is None else vel[i])
+                for i, (c, f) in enumerate(zip(containers, fills))]
     t0 = time.perf_counter()
     recs = sysid.simulate_pours(
         containers, fills, viscosity, curves, cells=cells, batch_size=batch,
@@ -67,7 +69,8 @@ def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Pat
                                     f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr))
     _atomic_write(path, lambda f: np.savez(
         f, lean=np.stack([r.lean for r in recs]), volume=np.stack([r.volume for r in recs]),
-        speed=np.stack([r.speed for r in recs]), crossed=np.stack([r.crossed for r in recs])))
+        speed=np.stack([r.speed for r in recs]), crossed=np.stack([r.crossed for r in recs]),
+        velocity=np.stack([r.velocity for r in recs])))
     return recs
 
 
@@ -112,11 +115,13 @@ def main() -> None:
         figures[f"{shape}_{mu:g}"] = {"volume_rms": round(float(ev), 4), "speed_mae": round(float(eu), 4)}
 
     lines = ["| shape | viscosity (Pa s) | train / held-out pours | V(t) RMS error / V0 | u mean abs error / mean u | "
-             "Bernoulli only: V, u | discharge k | weights |", "|---|---|---|---|---|---|---|---|"]
+             "Bernoulli only: V, u | discharge k | jet offset at lean 1, 2 rad (deg) | weights |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for shape, mu, ntr, nte, ev, eu, bv, bu, f in rows:
         w = ", ".join(f"{t} {x:+.3f}" for t, x in zip(f.terms, f.weights))
+        a, b = f.direction
         lines.append(f"| {shape} | {mu:g} | {ntr} / {nte} | {ev:.3f} | {eu:.3f} | {bv:.3f}, {bu:.3f} | "
-                     f"{f.discharge:.3f} | {w} |")
+                     f"{f.discharge:.3f} | {np.degrees(a + b):+.0f}, {np.degrees(a + 2 * b):+.0f} | {w} |")
     lines += ["", "Regressor sets (mean held-out error over all shapes and viscosities: V, u):"]
     lines += [f"- {', '.join(t)}: {v:.3f}, {u:.3f}{'  <- chosen' if t == best else ''}"
               for t, (v, u) in scores.items()]

@@ -21,8 +21,9 @@ with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, se
 k is a discharge coefficient (the jet contracts, its speed is not normal to the section): u is
 the speed of the liquid leaving S, k A u the flux. Liquid leaves at the outflow section's
 centroid c with velocity u d plus S's own velocity there; d is horizontal while the lip-side wall
-still rises towards the lip, else along that wall (seed 000 Fig. 9), and it follows the outflow
-parabola p(t) = c + v t + g t^2 / 2.
+still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
+offset a + b lean (the jet also falls as it leaves), and it follows the outflow parabola
+p(t) = c + v t + g t^2 / 2.
 
 Coefficients are fitted per container shape and viscosity (a few viscosities, interpolated in
 log10 viscosity) and shipped in ``data/outflow_coefficients.json``; regenerate them with
@@ -77,15 +78,18 @@ class OutflowFit:
     terms: tuple[str, ...]
     weights: tuple[float, ...]
     discharge: float                    # k, dimensionless
+    direction: tuple[float, float] = (0.0, 0.0)   # jet direction offset a + b * lean (rad)
 
     def to_dict(self) -> dict:
         return {"shape": self.shape, "viscosity": self.viscosity, "terms": list(self.terms),
-                "weights": list(self.weights), "discharge": self.discharge}
+                "weights": list(self.weights), "discharge": self.discharge,
+                "direction": list(self.direction)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "OutflowFit":
         return cls(d["shape"], float(d["viscosity"]), tuple(d["terms"]),
-                   tuple(float(w) for w in d["weights"]), float(d["discharge"]))
+                   tuple(float(w) for w in d["weights"]), float(d["discharge"]),
+                   tuple(float(x) for x in d.get("direction", (0.0, 0.0))))
 
 
 def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
@@ -104,8 +108,9 @@ def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
     a, b = fits[k - 1], fits[k]
     t = (x - xs[k - 1]) / (xs[k] - xs[k - 1])
     w = tuple((1 - t) * wa + t * wb for wa, wb in zip(a.weights, b.weights))
+    direction = tuple((1 - t) * da + t * db for da, db in zip(a.direction, b.direction))
     return OutflowFit(a.shape, float(viscosity), a.terms, w,
-                      (1 - t) * a.discharge + t * b.discharge)
+                      (1 - t) * a.discharge + t * b.discharge, direction)
 
 
 def _default_path() -> Path:
@@ -184,8 +189,13 @@ class SimplifiedLiquid:
         w = self._flat_wall
         drop, wx, wy = [w[3 * i + q] + (w[3 * i + 3 + q] - w[3 * i + q]) * fi for q in range(3)]
         n = math.hypot(wx, wy) or 1.0
-        # jet direction: horizontal while the lip-side wall rises towards the lip, else along it
+        # jet direction: horizontal while the lip-side wall rises towards the lip, else along it,
+        # turned by the identified offset (a pour to the right; mirrored below)
         dx, dy = (1.0, 0.0) if wy > 0.0 else (wx / n, wy / n)
+        if self.fit is not None and self.fit.direction != (0.0, 0.0):
+            off = self.fit.direction[0] + self.fit.direction[1] * (li / self._lean_scale)
+            co, so = math.cos(off), math.sin(off)
+            dx, dy = co * dx - so * dy, so * dx + co * dy
         return h, sec, sign * cx, cy, drop, sign * dx, dy
 
     def head(self, theta: float) -> float:

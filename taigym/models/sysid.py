@@ -34,7 +34,8 @@ PIVOT = (0.2, 0.2)
 class PourRecord:
     """One simulated pour. ``lean`` (n + 1,) rad at the step boundaries, ``volume`` (n + 1,) m^2
     in S, ``speed`` (n,) m/s mean outflow speed in each step (0 where nothing left S),
-    ``crossed`` (n,) the number of particles that left."""
+    ``crossed`` (n,) the number of particles that left, ``velocity`` (n, 2) their mean velocity
+    relative to S (world axes, m/s; the pours lean to the right)."""
 
     shape: Container
     fill: float
@@ -43,6 +44,7 @@ class PourRecord:
     volume: np.ndarray
     speed: np.ndarray
     crossed: np.ndarray
+    velocity: np.ndarray | None = None
 
 
 def monotone_tilt_curve(rng: np.random.Generator, n_steps: int, dt: float = DT,
@@ -90,6 +92,7 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
         inside = [_inside(containers[k], world.positions(b), 0.0) for b, k in enumerate(idx)]
         counts = [np.zeros(steps + 1) for _ in range(batch_size)]
         speed = [np.zeros(steps) for _ in range(batch_size)]
+        mean_vel = [np.zeros((steps, 2)) for _ in range(batch_size)]
         crossed = [np.zeros(steps, np.int64) for _ in range(batch_size)]
         for b in range(batch_size):
             counts[b][0] = inside[b].sum()
@@ -114,6 +117,7 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
                     # for half a step: take back the vertical speed gravity gave it meanwhile
                     rel[:, 1] += 0.5 * GRAVITY * DT
                     speed[b][i] = float(np.linalg.norm(rel, axis=1).mean())
+                    mean_vel[b][i] = rel.mean(axis=0)
                     crossed[b][i] = int(left.sum())
                 inside[b] = now
                 counts[b][i + 1] = now.sum()
@@ -124,7 +128,7 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
             records.append(PourRecord(containers[k], float(fills[k]), float(viscosity),
                                       np.asarray(curves[k], np.float64),
                                       counts[b][:m] * (v0 / n_total), speed[b][:m - 1],
-                                      crossed[b][:m - 1]))
+                                      crossed[b][:m - 1], mean_vel[b][:m - 1]))
         if progress is not None:
             progress(len(records), n)
     return records
@@ -172,7 +176,36 @@ def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS) -> Outflo
     q = da * u
     k = float(q @ lost / max(q @ q, 1e-30))
     r0 = records[0]
-    return OutflowFit(r0.shape.shape, r0.viscosity, tuple(terms), tuple(float(x) for x in w), k)
+    return OutflowFit(r0.shape.shape, r0.viscosity, tuple(terms), tuple(float(x) for x in w), k,
+                      direction_offset(records))
+
+
+def direction_offset(records: Sequence[PourRecord]) -> tuple[float, float]:
+    """(a, b) of the jet's direction offset a + b * lean (rad, counter-clockwise) from the
+    model's direction d, least squares weighted by the particles that left, over the steps with
+    an outflow section; (0, 0) without velocity data."""
+    lean, delta, weight = [], [], []
+    for rec in records:
+        if rec.velocity is None:
+            continue
+        t = outflow_tables(rec.shape)
+        liquid = SimplifiedLiquid(rec.shape, rec.volume[0], None, t)
+        for i in np.flatnonzero(rec.crossed > 0):
+            liquid.volume = rec.volume[i]
+            _, a, _, _, _, dx, dy = liquid.lookup(-rec.lean[i + 1])
+            if a <= 0.0:
+                continue
+            vx, vy = rec.velocity[i]
+            d = math.atan2(vy, vx) - math.atan2(dy, dx)
+            lean.append(rec.lean[i + 1])
+            delta.append(math.atan2(math.sin(d), math.cos(d)))   # wrapped to (-pi, pi]
+            weight.append(rec.crossed[i])
+    if len(delta) < 2:
+        return 0.0, 0.0
+    sw = np.sqrt(np.asarray(weight, np.float64))
+    A = np.column_stack([np.ones(len(lean)), lean]) * sw[:, None]
+    (a, b), *_ = np.linalg.lstsq(A, np.asarray(delta) * sw, rcond=None)
+    return float(a), float(b)
 
 
 def predict(rec: PourRecord, model: OutflowFit) -> tuple[np.ndarray, np.ndarray]:

@@ -194,8 +194,13 @@ class _Rollout:
             wdir = t.wall_direction[k] * (1 - f)[:, None] + t.wall_direction[k + 1] * f[:, None]
             wdir /= np.linalg.norm(wdir, axis=1, keepdims=True)
             rising = wdir[:, 1] > 0.0
-            dx = np.where(rising, 1.0, wdir[:, 0]) * sign
+            dx = np.where(rising, 1.0, wdir[:, 0])
             dy = np.where(rising, 0.0, wdir[:, 1])
+            if fit.direction != (0.0, 0.0):                 # identified offset (simplified.py)
+                off = fit.direction[0] + fit.direction[1] * np.clip(lean, 0.0, t.leans[-1])
+                co, so = np.cos(off), np.sin(off)
+                dx, dy = co * dx - so * dy, so * dx + co * dy
+            dx = dx * sign
             phi = np.array(regressors_array(h, drop, u, (th - th_prev) / cfg.dt, fit.terms))
             flowing = (a > 0.0) & (vol > 0.0)
             u = np.where(flowing, np.maximum(0.0, np.tensordot(fit.weights, phi, 1)), 0.0)
