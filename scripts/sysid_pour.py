@@ -50,7 +50,8 @@ def _atomic_write(path: Path, write) -> None:
 
 def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Path) -> list:
     """The simulated pours of one (shape, viscosity), from the record file or simulated."""
-    path = out / "records" / f"{shape}_{viscosity:g}_{n}_{cells}.npz"
+    # v2: records with the mean velocity vector of the outflow (older files hold speeds only)
+    path = out / "records" / f"{shape}_{viscosity:g}_{n}_{cells}_v2.npz"
     rng = np.random.default_rng([sum(map(ord, shape)), n])   # same pours for every viscosity
     tasks = [sample_task(rng, source_container=shape) for _ in range(n)]
     containers = [t.source_shape(WALL) for t in tasks]
