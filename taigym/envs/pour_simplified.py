@@ -116,13 +116,12 @@ class SimplifiedMember:
     def in_flight(self) -> float:
         return max(0.0, 1.0 - self.in_source - self.in_target - self.spilled)
 
-    def level(self, pose) -> tuple[float, float]:
-        """(world height of S's free surface, m; tables' head above the pouring lip, m)."""
+    def level(self, pose) -> float:
+        """World height (m) of S's free surface: the pouring lip's height plus the head."""
         x, y, th = pose
-        h = self.liquid.head(th)
         lip = self.lips[1] if th <= 0.0 else self.lips[0]
         c, s = math.cos(th), math.sin(th)
-        return y + s * lip[0] + c * lip[1] + h, h
+        return y + s * lip[0] + c * lip[1] + self.liquid.head(th)
 
     def column_heights(self, pose, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                        scale: float) -> np.ndarray:
@@ -131,7 +130,7 @@ class SimplifiedMember:
         if self.liquid.volume <= 0.0:
             return np.zeros(len(xs))
         x, y, th = (float(v) for v in pose)
-        level, _ = self.level((x, y, th))
+        level = self.level((x, y, th))
         c, s = math.cos(th), math.sin(th)
         rhs = level - y - s * xs                        # liquid where c * y_local <= rhs
         if c > 1e-9:
@@ -150,7 +149,7 @@ class SimplifiedMember:
             x, y, th = pose
             c, s = math.cos(th), math.sin(th)
             w = np.column_stack((x + c * loc[:, 0] - s * loc[:, 1], y + s * loc[:, 0] + c * loc[:, 1]))
-            pts.append(w[w[:, 1] <= self.level(pose)[0]])
+            pts.append(w[w[:, 1] <= self.level(pose)])
         if self.in_target > 0:
             area = min(self.in_target * self.v0, self.target.interior_area)
             lvl = self.target.free_surface_level(area, 0.0)

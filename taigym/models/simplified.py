@@ -69,6 +69,25 @@ def regressors_array(head, wall_drop, u_prev, lean_rate, terms: tuple[str, ...] 
     return [values[t] for t in terms]
 
 
+def jet_directions(tables: OutflowTables, fit: "OutflowFit", leans: np.ndarray):
+    """:meth:`SimplifiedLiquid.lookup`'s wall drop and jet direction on arrays of leans, for a
+    pour to the right (for batched rollouts): (drop (m), d_x, d_y)."""
+    li = np.clip(leans, 0.0, tables.leans[-1]) / (tables.leans[1] - tables.leans[0])
+    k = np.minimum(li.astype(np.int64), len(tables.leans) - 2)
+    f = li - k
+    drop = tables.wall_drop[k] * (1 - f) + tables.wall_drop[k + 1] * f
+    wdir = tables.wall_direction[k] * (1 - f)[:, None] + tables.wall_direction[k + 1] * f[:, None]
+    wdir /= np.linalg.norm(wdir, axis=1, keepdims=True)
+    rising = wdir[:, 1] > 0.0
+    dx = np.where(rising, 1.0, wdir[:, 0])
+    dy = np.where(rising, 0.0, wdir[:, 1])
+    if fit.direction != (0.0, 0.0):
+        off = fit.direction[0] + fit.direction[1] * np.clip(leans, 0.0, tables.leans[-1])
+        co, so = np.cos(off), np.sin(off)
+        dx, dy = co * dx - so * dy, so * dx + co * dy
+    return drop, dx, dy
+
+
 @dataclass(frozen=True)
 class OutflowFit:
     """Identified coefficients for one container shape and viscosity."""
@@ -169,11 +188,8 @@ class SimplifiedLiquid:
         the current volume; the pouring lip is the right one for theta <= 0, else the left.
         Bilinear in pure Python (no NumPy calls): this is the simplified env's inner loop."""
         t = self.tables
-        if self._flat is None:                          # flat copies: a memcpy, not a list build
-            self._flat = array("d", t._stacked.tobytes())
-            self._flat_wall = array("d", t._wall.tobytes())
-            self._lean_scale = (len(t.leans) - 1) / float(t.leans[-1])
-            self._vol_scale = (len(t.volumes) - 1) / float(t.volumes[-1])
+        if self._flat is None:
+            self._flatten()
         sign = 1.0 if theta <= 0.0 else -1.0            # mirror a lean to the left
         n_l, n_v = len(t.leans), len(t.volumes)
         li = min(max(-theta * sign, 0.0) * self._lean_scale, n_l - 1.0)
@@ -198,10 +214,18 @@ class SimplifiedLiquid:
             dx, dy = co * dx - so * dy, so * dx + co * dy
         return h, sec, sign * cx, cy, drop, sign * dx, dy
 
+    def _flatten(self) -> None:
+        """Flat copies of the tables for pure-Python lookups (a memcpy, not a list build)."""
+        t = self.tables
+        self._flat = array("d", t._stacked.tobytes())
+        self._flat_wall = array("d", t._wall.tobytes())
+        self._lean_scale = (len(t.leans) - 1) / float(t.leans[-1])
+        self._vol_scale = (len(t.volumes) - 1) / float(t.volumes[-1])
+
     def head(self, theta: float) -> float:
         """h alone (m): the free surface's height over the pouring lip at pose angle ``theta``."""
         if self._flat is None:
-            self.lookup(theta)
+            self._flatten()
         t = self.tables
         n_l, n_v = len(t.leans), len(t.volumes)
         li = min(max(abs(theta), 0.0) * self._lean_scale, n_l - 1.0)

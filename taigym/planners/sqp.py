@@ -41,7 +41,7 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import GRAVITY, OutflowFit, fit_for, regressors_array
+from taigym.models.simplified import GRAVITY, OutflowFit, fit_for, jet_directions, regressors_array
 from taigym.sim.geometry import Box, Container
 
 
@@ -187,19 +187,7 @@ class _Rollout:
             look = t.interpolate(lean, vol, partials=False)
             h, a = look["h"], look["A"]
             cx, cy = sign * look["cx"], look["cy"]
-            li = np.clip(lean, 0.0, t.leans[-1]) / (t.leans[1] - t.leans[0])
-            k = np.minimum(li.astype(np.int64), len(t.leans) - 2)
-            f = li - k
-            drop = t.wall_drop[k] * (1 - f) + t.wall_drop[k + 1] * f
-            wdir = t.wall_direction[k] * (1 - f)[:, None] + t.wall_direction[k + 1] * f[:, None]
-            wdir /= np.linalg.norm(wdir, axis=1, keepdims=True)
-            rising = wdir[:, 1] > 0.0
-            dx = np.where(rising, 1.0, wdir[:, 0])
-            dy = np.where(rising, 0.0, wdir[:, 1])
-            if fit.direction != (0.0, 0.0):                 # identified offset (simplified.py)
-                off = fit.direction[0] + fit.direction[1] * np.clip(lean, 0.0, t.leans[-1])
-                co, so = np.cos(off), np.sin(off)
-                dx, dy = co * dx - so * dy, so * dx + co * dy
+            drop, dx, dy = jet_directions(t, fit, lean)
             dx = dx * sign
             phi = np.array(regressors_array(h, drop, u, (th - th_prev) / cfg.dt, fit.terms))
             flowing = (a > 0.0) & (vol > 0.0)
