@@ -634,10 +634,10 @@ class PourBatch:
         x = np.nan_to_num(w.positions(b))
         m.x, m.prev_x, m.v = x, x, None
         m.earned = np.zeros(m.n)
-        m.in_t = m.t_region.inside(to_local(x, m.t_pose))
-        loc_s = to_local(x, m.s_pose)
-        fr = self._fractions(m, x, m.s_region.inside(loc_s), x)
-        self._finish_reset(b, fr, self._frame(m, loc_s))
+        owner = w.containing_body_all()[b]
+        m.in_t = owner == TARGET
+        fr = self._fractions(m, x, owner == SOURCE, x)
+        self._finish_reset(b, fr, self._frame(m, to_local(x, m.s_pose)))
 
     def _init_member(self, b: int, task: PourTask, source, target, solid_pts: np.ndarray,
                      obst: list[tuple]) -> _Member:
@@ -730,10 +730,11 @@ class PourBatch:
         if not out.any():             # no liquid outside both containers: nothing to classify
             n_sp = 0
         else:
-            d = x - prev_x
+            xo = x[out]
+            d = xo - prev_x[out]
             speed2 = np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2
             rim = m.t_pose[1] + m.t_oc[1]
-            n_sp = int(np.count_nonzero(out & ((speed2 < SETTLE_SPEED ** 2) | (x[:, 1] < rim))))
+            n_sp = int(np.count_nonzero((speed2 < SETTLE_SPEED ** 2) | (xo[:, 1] < rim)))
         return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
                 "in_flight": (m.n - n_s - n_t - n_sp) / n}
 
@@ -963,10 +964,10 @@ class PourBatch:
         w.set_poses(poses, vels)
         w.advance(dt)
         unstable = w.unstable_members().tolist()
-        xs = w.positions_all()
+        xs, owners = w.positions_all(), w.containing_body_all()
         for b, a, s_next, s_vel, t_next, clipped, pen in plans:
             x = np.nan_to_num(xs[b]) if unstable[b] else xs[b]
-            self._after_step(b, x, a, s_next, s_vel, t_next, clipped, pen, bool(unstable[b]))
+            self._after_step(b, x, owners[b], a, s_next, s_vel, t_next, clipped, pen, bool(unstable[b]))
 
     def _advance_clock(self, m: _Member, s_next, s_vel, t_next) -> None:
         """Move member m's poses, velocities and clock on by one control step."""
@@ -976,8 +977,11 @@ class PourBatch:
         m.time += CONTROL_DT
         m.steps += 1
 
-    def _after_step(self, b: int, x: np.ndarray, a, s_next, s_vel, t_next, clipped: bool, pen: float,
-                    unstable: bool) -> None:
+    def _after_step(self, b: int, x: np.ndarray, owner: np.ndarray, a, s_next, s_vel, t_next, clipped: bool,
+                    pen: float, unstable: bool) -> None:
+        """Member b's rewards, fractions and features from its particles after the step: ``x``
+        (N, 2) positions and ``owner`` (N,), the body whose interior holds each (the solver's
+        measure, so that the env does not test every particle against the polygons again)."""
         m = self.members[b]
         t_prev_pose = m.t_pose
         self._advance_clock(m, s_next, s_vel, t_next)
@@ -985,8 +989,7 @@ class PourBatch:
         prev_x = m.prev_x
         m.x, m.prev_x, m.v = x, x, None
         # seed 001's R_p for particles crossing T's opening this step; refunds for those leaving
-        loc_t = to_local(x, m.t_pose)
-        in_t = m.t_region.inside(loc_t)
+        in_t = owner == TARGET
         r = 0.0
         changed = in_t != m.in_t
         if changed.any():
@@ -995,7 +998,7 @@ class PourBatch:
             entered = left = changed
         if np.count_nonzero(entered):
             lp = to_local(prev_x[entered], t_prev_pose)
-            ln = loc_t[entered]
+            ln = to_local(x[entered], m.t_pose)
             oc, half_w = m.t_oc, m.t_half_width
             dy = ln[:, 1] - lp[:, 1]
             ok = np.abs(dy) > 1e-12
@@ -1010,9 +1013,8 @@ class PourBatch:
             r -= m.earned[left].sum()
             m.earned[left] = 0.0
         m.in_t = in_t
-        loc_s = to_local(x, m.s_pose)
-        fr = self._fractions(m, x, m.s_region.inside(loc_s), prev_x)
-        frame = self._frame(m, loc_s) if self.cfg.obs_mode in ("features", "lip") else None
+        fr = self._fractions(m, x, owner == SOURCE, prev_x)
+        frame = self._frame(m, to_local(x, m.s_pose)) if self.cfg.obs_mode in ("features", "lip") else None
         self._finish_step(b, a, fr, r / max(m.n, 1), frame, clipped, pen)
 
     def _finish_step(self, b: int, a, fr: dict, r_target: float, frame, clipped: bool,

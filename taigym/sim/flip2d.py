@@ -122,6 +122,7 @@ class Flip2D:
         # outputs
         self.diagnostics = ti.field(ti.f32, shape=(B, N_DIAG))
         self.in_body = ti.field(ti.i32, shape=(B, K))
+        self.container_of = ti.field(ti.i8, shape=(B, P))          # body whose interior holds p, or -1
         self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
 
     # ------------------------------------------------------------------ bodies
@@ -690,11 +691,14 @@ class Flip2D:
         for p in range(self.n[b]):
             x = self.x[b, p]
             inside = 0
+            owner = -1
             for k in range(self.nbody[b]):
                 if inside == 0 and self.npoly[b, k] > 0:
                     if self.inside_polygon(b, k, self.to_body(b, k, x)):
                         inside = 1
+                        owner = k
                         self.in_body[b, k] = self.in_body[b, k] + 1
+            self.container_of[b, p] = ti.cast(owner, ti.i8)
             if inside == 0:
                 if self.v[b, p].norm() < self.settle_speed:
                     spilled += 1
@@ -754,9 +758,11 @@ class Flip2D:
 
     @ti.kernel
     def read_state(self, out: ti.types.ndarray(dtype=ti.f32, ndim=2),
-                   x_out: ti.types.ndarray(dtype=ti.f32, ndim=3)):
-        """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K); and the
-        particle positions (B, P, 2): one launch for what the host reads after every advance."""
+                   x_out: ti.types.ndarray(dtype=ti.f32, ndim=3),
+                   owner_out: ti.types.ndarray(dtype=ti.i8, ndim=2)):
+        """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K); the
+        particle positions (B, P, 2) and the container holding each particle (B, P), as of the
+        last measure: one launch for what the host reads after every advance."""
         for b in range(self.B):
             for d in range(N_DIAG):
                 out[b, d] = self.diagnostics[b, d]
@@ -766,6 +772,7 @@ class Flip2D:
             if p < self.n[b]:
                 x_out[b, p, 0] = self.x[b, p][0]
                 x_out[b, p, 1] = self.x[b, p][1]
+                owner_out[b, p] = self.container_of[b, p]
 
     @ti.kernel
     def measure_all(self):

@@ -16,6 +16,7 @@ from the right lip round the bottom is impossible, hence left lip first; use ``l
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -180,7 +181,7 @@ class Container:
         """Capsule radius = wall_thickness / 2 (m)."""
         return 0.5 * self.wall_thickness
 
-    @property
+    @functools.cached_property
     def bounding_radius(self) -> float:
         """Largest distance (m) of a solid point from the frame origin."""
         return float(np.max(np.linalg.norm(self._walls, axis=1))) + self.radius

@@ -107,6 +107,7 @@ class World2D:
         self._in_body = None
         self._x_read = None            # positions read with the diagnostics (float32, B x P x 2)
         self._x_fresh = False          # ... and still what the solver holds
+        self._owner_read = None        # ... with each particle's container (int8, B x P)
         self._area0 = np.zeros(self.batch_size)
 
     # ------------------------------------------------------------------ scene set-up
@@ -168,6 +169,7 @@ class World2D:
         """
         if self._solver is not None:
             raise RuntimeError("add_body must be called before build()")
+        self._check_solid(shape)
         handle = self._pose.shape[1]
         pose = _finite_vector("pose", pose, 3)
         velocity = _finite_vector("velocity", velocity, 3)
@@ -176,12 +178,13 @@ class World2D:
         for m in self._members:
             m.shapes.append(shape)
         for b in range(self.batch_size):
-            self._check_shape(b, handle, shape)
+            self._check_inside(b, handle, shape)
         if fill is not None:
             self.fill_body(handle, fill, liquid_follows=liquid_follows)
         return handle
 
-    def _check_shape(self, b: int, handle: int, shape: Shape) -> None:
+    def _check_solid(self, shape: Shape) -> None:
+        """A body's shape is one the solver can hold."""
         if not isinstance(shape, (Box, Container)):
             raise ValueError(f"shape must be a sim.Box or a sim.container(...), got {type(shape).__name__}")
         if isinstance(shape, Container):
@@ -190,21 +193,27 @@ class World2D:
                                  f"cells ({2 * self.dx:.4g} m) so that liquid cannot cross it")
             if max(len(shape.walls), len(shape.interior)) > MAX_CHAIN_POINTS:
                 raise ValueError(f"container polygon has more than {MAX_CHAIN_POINTS} vertices")
-            outline = np.concatenate([shape.walls, shape.interior])
-            margin = shape.radius
-        else:
-            hx, hy = shape.half_extents
-            outline = np.array([[-hx, -hy], [hx, -hy], [hx, hy], [-hx, hy]])
-            margin = 0.0
-        x, y, th = self._pose[b, handle]
+
+    def _check_inside(self, b: int, handle: int, shape: Shape) -> None:
+        """A container at its pose lies inside the domain (a static box may reach through the
+        domain's edge). Called for every body at every pose update, so it first tries the
+        container's bounding circle about its frame origin and transforms the outline only
+        when that circle crosses an edge."""
+        if not isinstance(shape, Container):
+            return
+        x, y, th = self._pose[b, handle].tolist()
+        W, H = self.size
+        reach = shape.bounding_radius
+        if x - reach >= 0.0 and y - reach >= 0.0 and x + reach <= W and y + reach <= H:
+            return
+        outline = np.concatenate([shape.walls, shape.interior])
         c, s = math.cos(th), math.sin(th)
         world = outline @ np.array([[c, s], [-s, c]]) + (x, y)
-        W, H = self.size
+        margin = shape.radius
         if (world.min(0) - margin < -1e-9).any() or world[:, 0].max() + margin > W + 1e-9 \
                 or world[:, 1].max() + margin > H + 1e-9:
-            if isinstance(shape, Container):  # a static box may reach through the domain's edge
-                raise ValueError(f"pose {(x, y, th)} puts the container outside the domain "
-                                 f"[0, {W}] x [0, {H}] m")
+            raise ValueError(f"pose {(x, y, th)} puts the container outside the domain "
+                             f"[0, {W}] x [0, {H}] m")
 
     def set_shape(self, handle: int, shape: Shape, *, member: int | None = None) -> None:
         """Replace a body's shape (e.g. a new task's container) in one or all members."""
@@ -215,6 +224,7 @@ class World2D:
         """Replace a body's shape and, if given, its pose and velocity at once (so that neither
         the new shape at the old pose nor the old shape at the new pose is checked)."""
         self._check_handle(handle)
+        self._check_solid(shape)
         idx = self._members_of(member)
         poses, vels = self._pose.copy(), self._vel.copy()
         if pose is not None:
@@ -382,7 +392,8 @@ class World2D:
         out = np.zeros((self.batch_size, N_DIAG + self._solver.K), np.float32)
         if self._x_read is None:
             self._x_read = np.zeros((self.batch_size, self._solver.P, 2), np.float32)
-        self._solver.read_state(out, self._x_read)
+            self._owner_read = np.zeros((self.batch_size, self._solver.P), np.int8)
+        self._solver.read_state(out, self._x_read, self._owner_read)
         self._x_fresh = True
         self._diag = out[:, :N_DIAG].astype(np.float64)
         self._in_body = out[:, N_DIAG:].round().astype(np.int64)
@@ -433,7 +444,7 @@ class World2D:
         try:
             for b in members:
                 for handle, shape in enumerate(self._members[b].shapes):
-                    self._check_shape(b, handle, shape)
+                    self._check_inside(b, handle, shape)
         except ValueError:
             self._pose, self._vel = old
             raise
@@ -466,6 +477,13 @@ class World2D:
         self._require_built()
         x = self._x_read if self._x_fresh else self._particle_array("x")
         return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
+
+    def containing_body_all(self) -> list[np.ndarray]:
+        """Every member's (N_b,) int8 array: the handle of the container whose interior polygon
+        holds each particle, or -1, as measured with the diagnostics after the last advance (or
+        liquid upload): the per-particle version of ``fractions()["in"]``."""
+        self._require_built()
+        return [self._owner_read[b, :len(m.x)] for b, m in enumerate(self._members)]
 
     def velocities_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) velocities, with one device read."""
