@@ -12,7 +12,8 @@ from taigym.sim.carried import CarriedContainer2D
 
 def _carry(cup, fill, motion, steps, dt=0.05, **kw):
     """motion(t) -> (velocity vx, vy, omega) at time t; the pose integrates it (trapezoid)."""
-    cc = CarriedContainer2D(cup, fill, **kw)
+    cc = CarriedContainer2D(cup.width, cup.height, **kw)
+    cc.load(cup, fill)
     pose = np.zeros(3)
     slopes = []
     for k in range(steps):
@@ -63,7 +64,8 @@ def test_rotation_about_the_bottom_keeps_the_surface_level_in_the_world():
 
 def test_a_violent_jerk_spills_and_spill_never_decreases():
     cup = sim.container("rect", width=0.08, height=0.1)
-    cc = CarriedContainer2D(cup, 0.85)
+    cc = CarriedContainer2D(cup.width, cup.height)
+    cc.load(cup, 0.85)
     pose, last = np.zeros(3), 0.0
     for k in range(20):
         v0 = np.array([0.0 if k == 0 else 1.5, 0, 0])

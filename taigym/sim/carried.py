@@ -25,44 +25,68 @@ from .world2d import World2D
 
 
 class CarriedContainer2D:
-    """One container carried through the room (2D), its liquid simulated in its frame.
+    """Containers carried through the room (2D), one at a time, their liquid simulated in their
+    own frame on a fixed small grid (so that changing containers costs no recompilation).
 
     Args:
-        container: the container (``sim.container(...)``), interior dimensions in m.
-        fill: liquid height / interior height at rest, upright, in (0, 1].
-        cells_across: grid cells across the container's widest interior width (resolution).
-        margin: free space around the container in the small domain, m (spilled liquid goes
-            there).
+        max_width: widest interior width of any container loaded (m).
+        max_height: tallest interior height (m).
+        dx: grid spacing (m); walls thinner than two cells are thickened to 2 dx.
+        margin: free space around the container (m); spilled liquid collects there.
         world_kw: passed to :class:`World2D` (viscosity, seed, arch, ...).
     """
 
-    def __init__(self, container: Container, fill: float, *, cells_across: int = 32,
+    def __init__(self, max_width: float, max_height: float, *, dx: float = 0.0035,
                  margin: float = 0.03, **world_kw):
+        for name, v in (("max_width", max_width), ("max_height", max_height), ("dx", dx),
+                        ("margin", margin)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number of metres, got {v!r}")
+        self.dx, self.margin = float(dx), float(margin)
+        self.max_width, self.max_height = float(max_width), float(max_height)
+        t = 2 * self.dx + 0.01  # room for walls up to 1 cm + 2 cells thick
+        width = max_width + 2 * (t + margin)
+        height = max_height + t + margin + max(margin, 0.5 * max_height)
+        cells = int(math.ceil(width / dx))
+        self.origin = (0.5 * cells * dx, t + margin)     # container frame origin in the domain
+        # capacity: the largest interior full, at 2 x 2 particles per cell
+        capacity = int(1.1 * max_width * max_height / (0.5 * dx) ** 2) + 64
+        self.world = World2D(size=(cells * dx, height), cells=cells, max_particles=capacity,
+                             **world_kw)
+        self.handle = None
+        self.container = None
+        self.n = 0
+        self._spilled = np.zeros(0, dtype=bool)
+
+    def load(self, container: Container, fill: float, *, seed: int | None = None) -> None:
+        """Put ``container`` (at rest, upright) filled to ``fill`` of its height in the frame;
+        any previous liquid is removed. ``seed`` restarts the particle jitter."""
         if not isinstance(container, Container):
             raise ValueError(f"container must be a sim.container(...), got {type(container).__name__}")
-        if not (isinstance(cells_across, (int, np.integer)) and 8 <= cells_across <= 256):
-            raise ValueError(f"cells_across must be an integer in [8, 256], got {cells_across!r}")
-        self.container = container
         lo, hi = container.interior.min(0), container.interior.max(0)
-        dx = (hi[0] - lo[0]) / cells_across
-        t = max(container.wall_thickness, 2 * dx)
-        if t > container.wall_thickness:  # walls must be two cells thick to hold liquid
-            container = type(container)(shape=container.shape, width=container.width,
-                                        height=container.height, wall_thickness=t,
-                                        interior=container.interior, params=container.params)
-            self.container = container
-        pad = t + margin
-        width = (hi[0] - lo[0]) + 2 * pad
-        height = (hi[1] - lo[1]) + t + margin + max(margin, 0.5 * container.height)
-        cells = int(math.ceil(width / dx))
-        width = cells * dx
-        self.origin = (pad - lo[0], t + margin - lo[1])   # container frame origin in the domain
-        self.world = World2D(size=(width, height), cells=cells, **world_kw)
-        self.handle = self.world.add_body(container, pose=(*self.origin, 0.0), fill=fill)
-        self.world.build()
-        self.n = self.world.particle_count()
+        if hi[0] - lo[0] > self.max_width + 1e-9 or hi[1] - lo[1] > self.max_height + 1e-9:
+            raise ValueError(f"container interior {hi[0] - lo[0]:.3g} x {hi[1] - lo[1]:.3g} m is "
+                             f"larger than this frame's max_width x max_height = "
+                             f"{self.max_width:.3g} x {self.max_height:.3g} m")
+        if container.wall_thickness < 2 * self.dx:  # walls must be two cells thick to hold liquid
+            container = Container(shape=container.shape, width=container.width,
+                                  height=container.height, wall_thickness=2 * self.dx,
+                                  interior=container.interior, params=container.params)
+        self.container = container
+        w = self.world
+        if self.handle is None:
+            self.handle = w.add_body(container, pose=(*self.origin, 0.0))
+            w.build()
+        else:
+            w.set_body(self.handle, container, pose=(*self.origin, 0.0))
+        w.clear_liquid()
+        w.clear_frame_motion()
+        if seed is not None:
+            w.reseed(seed)
+        self.n = w.fill_body(self.handle, fill)
         self._spilled = np.zeros(self.n, dtype=bool)
         left, right = container.lips
+        t = container.wall_thickness
         self._column = (min(left[0], right[0]) - t, max(left[0], right[0]) + t,
                         min(left[1], right[1]))
 
@@ -80,6 +104,8 @@ class CarriedContainer2D:
         """Advance ``dt`` s while the container moves from ``pose`` (x, y, theta; world, m and
         rad) with world velocity ``velocity`` (vx, vy, omega) to ``next_velocity`` at the end,
         under constant acceleration."""
+        if self.container is None:
+            raise RuntimeError("call load() first")
         v0 = np.asarray(velocity, dtype=np.float64)
         v1 = np.asarray(next_velocity, dtype=np.float64)
         acc = (v1 - v0) / dt
