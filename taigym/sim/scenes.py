@@ -128,7 +128,7 @@ def quasi_static_spill_angles(cups: list, fills: list[float], *, start_angles: l
                               **world_kw) -> np.ndarray:
     """The simulator's quasi-static spill angle (rad) of each (container, fill) pair, one batch
     member each: tilt counter-clockwise about the inner bottom's centre (smoothstep, 0.25 rad/s
-    on average) to ``start_angles[i]``, hold there (at least 1.5 s, until every member is there)
+    on average) to ``start_angles[i]``, hold there 1.5 s
     to let the sloshing die, then tilt on at the slow ``rate`` (rad/s) for ``span`` rad; the
     spill angle is the tilt at which more than ``threshold`` of the liquid has left the interior
     polygon (NaN if it never did). The protocol is short on purpose: the solver loses ~0.5 % of
@@ -144,17 +144,17 @@ def quasi_static_spill_angles(cups: list, fills: list[float], *, start_angles: l
         world.fill_body(h, fill, member=b)
     world.build()
     start = np.asarray(start_angles, dtype=np.float64)
-    ramp = np.maximum(np.ceil(start / (0.25 * dt)), 1)             # steps, per member
-    slow_from = int(ramp.max()) + int(round(1.5 / dt))
+    # every member on its own clock: ramp, hold, slow tilt; then it holds still. (A common slow
+    # phase would leave the small angles waiting for seconds, losing liquid area meanwhile.)
+    ramp = np.maximum(np.ceil(start / (0.25 * dt)), 1).astype(int)
+    slow_from = ramp + int(round(1.5 / dt))
     slow_steps = int(math.ceil(span / (rate * dt)))
     theta = np.zeros(n)
     spill_angle = np.full(n, np.nan)
-    for k in range(slow_from + slow_steps):
-        if k < slow_from:
-            s = np.minimum((k + 1) / ramp, 1.0)
-            nxt = start * (3 * s * s - 2 * s ** 3)
-        else:
-            nxt = theta + rate * dt
+    for k in range(int(slow_from.max()) + slow_steps):
+        s = np.minimum((k + 1) / ramp, 1.0)
+        slow = (k >= slow_from) & (k < slow_from + slow_steps)
+        nxt = np.where(k < ramp, start * (3 * s * s - 2 * s ** 3), theta + slow * rate * dt)
         poses = np.column_stack([np.full(n, pivot[0]), np.full(n, pivot[1]), theta])
         vels = np.column_stack([np.zeros(n), np.zeros(n), (nxt - theta) / dt])
         world.set_poses(poses[:, None, :], vels[:, None, :])
@@ -162,6 +162,6 @@ def quasi_static_spill_angles(cups: list, fills: list[float], *, start_angles: l
         theta = nxt
         for b in range(n):
             if np.isnan(spill_angle[b]) and 1.0 - world.fractions(b)["in"][h] > threshold:
-                # the crossing happened during this step: credit the middle of it
-                spill_angle[b] = theta[b] - 0.5 * rate * dt if k >= slow_from else theta[b]
+                # in the slow phase the crossing happened during this step: credit its middle
+                spill_angle[b] = theta[b] - 0.5 * rate * dt * slow[b]
     return spill_angle
