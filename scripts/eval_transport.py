@@ -4,6 +4,7 @@ Transport-v0 eval tasks, executed in the particle simulator.
 Prints one row per task and agent, a summary table (success, spill, trajectory duration,
 planning time) and ends with one JSON line.
 Usage: PYTHONPATH=. python scripts/eval_transport.py [--tasks 50] [--baseline-jerk 3 3 6]
+       [--classifier learned|quasi_static]
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=50)
     ap.add_argument("--baseline-jerk", type=float, nargs=3, default=(3.0, 3.0, 6.0))
+    ap.add_argument("--classifier", default="learned", choices=("learned", "quasi_static"))
     args = ap.parse_args()
     env = gym.make("taigym/Transport-v0")
     tasks = taigym.envs.tasks("transport", "eval")[:args.tasks]
-    agents = {"sfrrt": taigym.agents.make("sfrrt", env),
-              "baseline": taigym.agents.make("sfrrt", env, fixed_jerk=tuple(args.baseline_jerk))}
+    agents = {"sfrrt": taigym.agents.make("sfrrt", env, classifier=args.classifier),
+              "baseline": taigym.agents.make("sfrrt", env, fixed_jerk=tuple(args.baseline_jerk),
+                                             classifier="quasi_static")}  # (not used: fixed jerk)
     rows = {name: [] for name in agents}
     t_start = time.perf_counter()
     for i, task in enumerate(tasks):
@@ -62,6 +65,7 @@ def main() -> None:
         print(f"| {name} | {s['tasks']} | {s['success_rate']:.2f} | {s['max_spill']:.4f} | "
               f"{s['mean_spill']:.5f} | {s['over_limit']} | {s['mean_duration']:.2f} | "
               f"{s['mean_planning']:.3f} | {s['max_planning']:.3f} |")
+    summary["classifier"] = args.classifier
     summary["wall_seconds"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(summary))
 

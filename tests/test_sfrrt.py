@@ -57,3 +57,47 @@ def test_sftp_lowers_the_jerk_until_the_classifier_accepts(eval_tasks):
     # the default (quasi-static) classifier refuses what it accepts for a lower fill
     full = Problem(pr.start, pr.goal, pr.obstacles, pr.hull, (*pr.props[:3], 0.97 * pr.props[2]), ROOM)
     assert QuasiStaticClassifier()(fast, pr.props[:3] + (0.3 * pr.props[2],)) >= QuasiStaticClassifier()(fast, full.props)
+
+
+def test_sfrrt_agent_delivers_without_spilling(eval_tasks):
+    """The registered expert, run in the particle simulator, reaches the goal of an eval task
+    with nothing spilled and no collision; the conservative baseline does too, more slowly."""
+    import gymnasium as gym
+
+    from taigym.agents.base import run_episode
+
+    env = gym.make("taigym/Transport-v0")
+    task = next(t for t in eval_tasks if t.layout == "gap")
+    times = {}
+    for name, kw in (("sfrrt", {"classifier": "quasi_static"}),
+                     ("baseline", {"classifier": "quasi_static", "fixed_jerk": (3.0, 3.0, 6.0)})):
+        agent = taigym.agents.make("sfrrt", env, **kw)
+        r = run_episode(env, agent, seed=0, task=task)
+        assert r["success"] and r["spilled"] <= 1e-3, (name, r)
+        times[name] = r["time"]
+    assert times["sfrrt"] < times["baseline"]
+    with pytest.raises(ValueError, match="classifier must be"):
+        taigym.agents.make("sfrrt", env, classifier="magic")
+
+
+def test_learned_classifier_checkpoint(eval_tasks, tmp_path):
+    """The shipped spill-free classifier loads, calls a violent trajectory of a nearly full
+    container spilling and a slow one of a low fill spill-free, and round-trips save/load."""
+    from taigym.models.sfc import DEFAULT_PATH, SpillFreeClassifier
+
+    clf = SpillFreeClassifier.load(DEFAULT_PATH)
+    assert 0.5 <= clf.threshold < 1.0
+    metrics = clf.config["metrics"]["test"]
+    assert metrics["precision"] >= 0.95
+    cfg = SFRRTConfig()
+    task = eval_tasks[0]
+    pr = _problem(task, cfg)
+    path = plan_path(pr, cfg, np.random.default_rng(0))
+    violent = time_parameterize(path, cfg.max_jerk, pr, cfg)
+    slow = time_parameterize(path, np.asarray(cfg.max_jerk) / 1.6 ** 10, pr, cfg)
+    rb, ru, hc = pr.props[:3]
+    assert not clf(violent, (rb, ru, hc, 0.85 * hc))
+    assert clf(slow, (rb, ru, hc, 0.3 * hc))
+    clf.save(str(tmp_path / "c.pt"))
+    again = SpillFreeClassifier.load(str(tmp_path / "c.pt"))
+    assert again.probability([slow], [pr.props])[0] == pytest.approx(clf.probability([slow], [pr.props])[0])

@@ -1,18 +1,23 @@
 """The SFRRT* expert (seed 002) for ``taigym/Transport-v0``: plans on reset, then tracks the plan.
 
-``taigym.agents.make("sfrrt", env, fixed_jerk=None, classifier=None, **planner_cfg)``. On
+``taigym.agents.make("sfrrt", env, fixed_jerk=None, classifier="learned", **planner_cfg)``. On
 ``reset`` it reads ``env.unwrapped.task`` and plans (RRT* with the tilt-informed sampler,
 shortcutting, SFTP: Ruckig timing whose jerk is lowered until the spill-free classifier accepts).
 ``act`` commands the planned velocity at the end of the next control step, plus a small
 correction of the position error. ``replan(obs)`` plans again from the current pose (at rest).
 With ``fixed_jerk=(jx, jz, jtilt)`` it is the baseline: the same path, one fixed jerk.
+
+``classifier``: ``"learned"`` (seed 002's transformer SFC, trained on simulator-labelled
+trajectories by ``scripts/train_sfc.py``; the shipped checkpoint ``taigym/models/data/sfc.pt``
+or ``classifier_path``), ``"quasi_static"`` (the physics placeholder of
+:class:`~taigym.planners.sfrrt.QuasiStaticClassifier`), or any callable ``(traj, props) -> bool``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..planners.sfrrt import Plan, Problem, SFRRTConfig, sfrrt
+from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, sfrrt
 from .base import Agent
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
@@ -24,9 +29,18 @@ CONTROL_DT = 0.05
 class SFRRTAgent(Agent):
     name = "sfrrt"
 
-    def __init__(self, env, fixed_jerk=None, classifier=None, **cfg):
-        super().__init__(env, fixed_jerk=fixed_jerk, **cfg)
+    def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None, **cfg):
+        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, **cfg)
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
+        if classifier == "learned":
+            from ..models.sfc import DEFAULT_PATH, SpillFreeClassifier
+
+            classifier = SpillFreeClassifier.load(classifier_path or DEFAULT_PATH)
+        elif classifier == "quasi_static":
+            classifier = QuasiStaticClassifier()
+        elif not callable(classifier):
+            raise ValueError(f"classifier must be 'learned', 'quasi_static' or a callable "
+                             f"(traj, props) -> bool, got {classifier!r}")
         self.classifier = classifier
         self.planner_cfg = SFRRTConfig(**cfg)
         self.plan: Plan | None = None

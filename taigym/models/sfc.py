@@ -26,21 +26,40 @@ from .max_tilt import max_tilt
 
 DT = 0.05                   # s, trajectory sampling (the envs' control step)
 MAX_LEN = 200               # samples (10 s); longer trajectories are cut
-N_FEATURES = 9
+N_RAW = 9
+N_FEATURES = 10
 SCALES = np.array([1.0, 1.0, 1.0, 0.8, 0.8, 2.0, 6.0, 6.0, 12.0])   # m, rad, m/s, rad/s, m/s^2, rad/s^2
+GRAVITY = 9.81
 SPILL_LIMIT = 1e-3          # spill-free: at most 0.1 % spilled
 SETTLE = 0.5                # s simulated at rest after the trajectory ends (late sloshing)
 WALL_THICKNESS = 0.008
 
 
-def features(traj) -> np.ndarray:
-    """(MAX_LEN, N_FEATURES) float32 sequence and the number of valid rows."""
+def raw_features(traj) -> tuple[np.ndarray, int]:
+    """(MAX_LEN, N_RAW) float32: pose relative to the start, velocity, acceleration (scaled by
+    SCALES), zero-padded; and the number of valid rows."""
     pos, vel, acc = (np.asarray(a, dtype=np.float64) for a in (traj.pos, traj.vel, traj.acc))
-    rel = pos - pos[0]
-    x = np.concatenate([rel, vel, acc], axis=1) / SCALES
+    x = np.concatenate([pos - pos[0], vel, acc], axis=1) / SCALES
     n = min(len(x), MAX_LEN)
-    out = np.zeros((MAX_LEN, N_FEATURES), np.float32)
+    out = np.zeros((MAX_LEN, N_RAW), np.float32)
     out[:n] = x[:n]
+    return out, n
+
+
+def with_effective_tilt(raw: np.ndarray) -> np.ndarray:
+    """Append, per sample, the container's tilt from the effective vertical, tilt + atan(a_x /
+    (g + a_z)) (rad): what the free surface responds to (a function of the pose sequence)."""
+    tilt = raw[..., 2] * SCALES[2]
+    ax, az = raw[..., 6] * SCALES[6], raw[..., 7] * SCALES[7]
+    psi = (tilt + np.arctan2(ax, GRAVITY + az)).astype(np.float32)
+    return np.concatenate([raw, psi[..., None]], axis=-1)
+
+
+def features(traj) -> tuple[np.ndarray, int]:
+    """(MAX_LEN, N_FEATURES) float32 network input and the number of valid rows."""
+    raw, n = raw_features(traj)
+    out = with_effective_tilt(raw)
+    out[n:] = 0.0
     return out, n
 
 
@@ -80,7 +99,7 @@ def _torch():
     return torch
 
 
-def build_net(d_model: int = 32, layers: int = 2, heads: int = 4):
+def build_net(d_model: int = 32, layers: int = 1, heads: int = 4, dropout: float = 0.1):
     torch = _torch()
     nn = torch.nn
 
@@ -96,12 +115,14 @@ def build_net(d_model: int = 32, layers: int = 2, heads: int = 4):
             div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(1e4) / d_model))
             pe[:, 0::2], pe[:, 1::2] = torch.sin(t * div), torch.cos(t * div)
             self.register_buffer("pe", pe)
-            layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=0.0,
+            layer = nn.TransformerEncoderLayer(d_model, heads, 2 * d_model, dropout=dropout,
                                                batch_first=True)
             self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-            self.head = nn.Sequential(nn.Linear(2 * d_model + 6, 64), nn.ReLU(), nn.Linear(64, 1))
+            self.head = nn.Sequential(nn.Linear(2 * d_model + 6, 64), nn.ReLU(), nn.Dropout(dropout),
+                                      nn.Linear(64, 1))
 
         def forward(self, seq, length, props):
+            seq = seq[:, :int(length.max())]  # padding past the longest is never attended
             L = seq.shape[1]
             pad = torch.arange(L, device=seq.device)[None, :] >= length[:, None]
             h = self.encoder(self.embed(seq) + self.pe[:L], src_key_padding_mask=pad)

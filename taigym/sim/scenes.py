@@ -128,11 +128,11 @@ def quasi_static_spill_angles(cups: list, fills: list[float], *, start_angles: l
                               **world_kw) -> np.ndarray:
     """The simulator's quasi-static spill angle (rad) of each (container, fill) pair, one batch
     member each: tilt counter-clockwise about the inner bottom's centre (smoothstep, 0.25 rad/s
-    on average) to ``start_angles[i]``, hold there 1.5 s
-    to let the sloshing die, then tilt on at the slow ``rate`` (rad/s) for ``span`` rad; the
-    spill angle is the tilt at which more than ``threshold`` of the liquid has left the interior
-    polygon (NaN if it never did). The protocol is short on purpose: the solver loses ~0.5 % of
-    the liquid's area per second of tilting, which would bias the angle upwards."""
+    on average) to ``start_angles[i]``, hold there 1.5 s to let the sloshing die, then tilt on
+    at the slow ``rate`` (rad/s) for ``span`` rad; the spill angle is the tilt at which more than
+    ``threshold`` of the liquid (default: the first particle) has left the interior polygon (NaN
+    if it never did). The protocol is short on purpose: the solver loses ~0.5 % of the liquid's
+    area per second of tilting, which would bias the angle upwards."""
     n = len(cups)
     if not (len(fills) == len(start_angles) == n and n > 0):
         raise ValueError("cups, fills and start_angles must have the same non-zero length")
