@@ -163,6 +163,7 @@ class SpillFreeClassifier:
         os.close(fd)
         torch.save({"state_dict": self.net.state_dict(), "threshold": self.threshold,
                     "config": self.config}, tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
 
     @classmethod

@@ -13,7 +13,9 @@ pose q = (x, z, tilt) in m, m, rad; distances weigh a radian of tilt as ``tilt_w
    shrunk with the turn; if the timed motion then leaves the collision-free corridor, the
    waypoints are passed at rest (straight segments, phase-synchronised).
 3. :func:`spill_free_time_parameterize` - seed 002's Algorithm 1 (SFTP): divide the max jerk by
-   ``rate`` until the spill-free classifier accepts the trajectory, at most ``max_iters`` times.
+   ``rate`` until the spill-free classifier accepts the trajectory, at most ``sftp_iters`` times;
+   then ``margin_levels`` (default 1) more divisions (not in the paper: the first accepted
+   trajectory is on the classifier's decision boundary, where it errs most).
    Here the acceleration limit follows the jerk (a <= J * ``accel_time``): with a fixed
    acceleration limit, lowering the jerk alone would not lower the peak acceleration of long
    moves, which is what tilts the liquid.
@@ -75,6 +77,7 @@ class SFRRTConfig:
     accel_time: float = 0.25      # s: a <= J * accel_time
     rate: float = 1.6             # SFTP jerk decrease factor
     sftp_iters: int = 14          # SFTP max iterations
+    margin_levels: int = 1        # extra jerk divisions after the classifier's first acceptance
     dt: float = 0.05              # s, trajectory sampling (the env's control step)
 
 
@@ -305,6 +308,10 @@ def spill_free_time_parameterize(waypoints: np.ndarray, problem: Problem,
     for _ in range(cfg.sftp_iters):
         traj = time_parameterize(waypoints, jerk, problem, cfg)
         if classifier(traj, problem.props):
+            if cfg.margin_levels:
+                # the first accepted trajectory sits on the classifier's boundary, where it errs
+                # most: step further down for a margin
+                traj = time_parameterize(waypoints, jerk / cfg.rate ** cfg.margin_levels, problem, cfg)
             return traj, True
         jerk = jerk / cfg.rate
     return traj, False
