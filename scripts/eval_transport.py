@@ -50,7 +50,7 @@ def main() -> None:
                   f"spill={row['spilled']:.4f} duration={row['duration']:.2f}s "
                   f"plan={row['planning']:.3f}s jerk={row['jerk']:.1f}", flush=True)
     summary = {}
-    print(f"\n| agent | tasks | success | max spill | mean spill | tasks spill > 0.1 % | mean duration (s) | mean planning (s) | max planning (s) |")
+    print("\n| agent | tasks | success | max spill | mean spill | tasks spill > 0.1 % | mean duration (s) | mean planning (s) | max planning (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, rs in rows.items():
         sp = np.array([r["spilled"] for r in rs])

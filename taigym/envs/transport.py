@@ -65,7 +65,6 @@ fill is above the brim, or whose goal is inside an obstacle or unreachable, rais
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import gymnasium as gym

@@ -124,6 +124,7 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
     nodes = [start]
     parent = [-1]
     cost = [0.0]
+    children: list[set] = [set()]
     tree, tree_n = None, 0
     goal_node, best = -1, math.inf
     t0 = time.perf_counter()
@@ -177,10 +178,20 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
         nodes.append(new)
         parent.append(best_parent)
         cost.append(cd[best_parent])
-        for c in cand:  # rewire
+        children.append(set())
+        children[best_parent].add(n)
+        for c in cand:  # rewire, and pass the saving on to c's subtree (costs stay exact, so a
+            # node can never be rewired below its own descendant)
             nc = cost[n] + float(np.linalg.norm(_scaled(pts[c] - new, w)))
             if nc < cost[c] - 1e-9 and edge_free(new, pts[c]):
-                parent[c], cost[c] = n, nc
+                children[parent[c]].discard(c)
+                children[n].add(c)
+                parent[c] = n
+                delta, stack = cost[c] - nc, [c]
+                while stack:
+                    m = stack.pop()
+                    cost[m] -= delta
+                    stack.extend(children[m])
         dg = float(np.linalg.norm(_scaled(goal - new, w)))
         if dg <= cfg.step and cost[n] + dg < best and edge_free(new, goal):
             goal_node, best = n, cost[n] + dg

@@ -60,8 +60,8 @@ def collides(hull: np.ndarray, poses, boxes, room: tuple[float, float]) -> np.nd
 def segment_collides(hull: np.ndarray, a, b, boxes, room, step: float = 0.01,
                      tilt_scale: float = 0.05) -> bool:
     """True if the straight motion from pose ``a`` to pose ``b`` hits anything, checked at poses
-    at most ``step`` apart (metres; a radian of tilt counts as ``tilt_scale`` m... the hull's
-    radius)."""
+    at most ``step`` m apart (a radian of tilt counts as ``tilt_scale`` m: about how far the
+    hull's points move)."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     dist = np.linalg.norm(b[:2] - a[:2]) + abs(b[2] - a[2]) * tilt_scale
     n = max(int(np.ceil(dist / step)), 1) + 1
