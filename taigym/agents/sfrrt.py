@@ -47,8 +47,14 @@ class SFRRTAgent(Agent):
 
     def _problem(self, start) -> Problem:
         task = self.env.unwrapped.task
+        # the planning clearance, unless the start or the goal sits closer than that to something
+        # (a goal just above a shelf board): then as much as they allow
+        c = self.planner_cfg.clearance
+        for clearance in (c, c / 2, c / 5, 0.0):
+            if not task.collides([start, task.goal], clearance).any():
+                break
         return Problem(start=tuple(float(v) for v in start), goal=task.goal, obstacles=task.obstacles,
-                       hull=task.hull(self.planner_cfg.clearance),
+                       hull=task.hull(clearance),
                        props=(task.bottom_radius, task.top_radius, task.height, task.fill_height),
                        room=ROOM)
 
