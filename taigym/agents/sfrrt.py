@@ -31,6 +31,9 @@ class SFRRTAgent(Agent):
 
     def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None, **cfg):
         super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, **cfg)
+        if type(env.unwrapped).__name__ != "TransportEnv":
+            raise ValueError(f"the sfrrt agent plans for taigym/Transport-v0, not "
+                             f"{type(env.unwrapped).__name__}")
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
         if classifier == "learned":
             from ..models.sfc import DEFAULT_PATH, SpillFreeClassifier
