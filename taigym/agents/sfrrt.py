@@ -21,6 +21,7 @@ from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, 
 from .base import Agent
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
+# Transport-v0's constants (taigym.envs.transport; agents see envs only through the Gym API)
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
 ROOM = (1.2, 0.8)
 CONTROL_DT = 0.05

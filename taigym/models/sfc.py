@@ -32,7 +32,7 @@ SCALES = np.array([1.0, 1.0, 1.0, 0.8, 0.8, 2.0, 6.0, 6.0, 12.0])   # m, rad, m/
 GRAVITY = 9.81
 SPILL_LIMIT = 1e-3          # spill-free: at most 0.1 % spilled
 SETTLE = 0.5                # s simulated at rest after the trajectory ends (late sloshing)
-WALL_THICKNESS = 0.008
+WALL_THICKNESS = 0.008      # m, Transport-v0's containers (taigym.envs.transport_tasks)
 
 
 def raw_features(traj) -> tuple[np.ndarray, int]:
