@@ -484,7 +484,9 @@ def test_agents_make_and_act(env):
     with pytest.raises(ValueError, match="available"):
         taigym.agents.make("oracle", env)
     with pytest.raises(ValueError, match="not implemented"):
-        taigym.agents.make("sfrrt", env)
+        taigym.agents.make("cmaes", env)
+    with pytest.raises(ValueError, match="Transport"):
+        taigym.agents.make("sfrrt", env)  # plans transport, not pouring
     with pytest.raises(ValueError, match="accepted"):
         taigym.agents.make("scripted", env, speed=3)
     obs, info = env.reset(seed=0)

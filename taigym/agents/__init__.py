@@ -2,7 +2,8 @@
 
 ``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``
 (seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
-``sac`` (Stable-Baselines3). Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``rh``.
+``sac`` (Stable-Baselines3), ``sfrrt`` (seed 002's planner, Transport-v0). Planned (DESIGN.md §2):
+``cmaes``, ``stance``, ``rh``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ _REGISTRY = {
     "dagger": "taigym.agents.dagger:DAggerAgent",
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
+    "sfrrt": "taigym.agents.sfrrt:SFRRTAgent",
 }
-PLANNED = ("sfrrt", "cmaes", "stance", "rh")
+PLANNED = ("cmaes", "stance", "rh")
 
 
 def register(name: str, target: str) -> None:

@@ -13,7 +13,8 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
    grid nodes, and every face gets the fraction of its length open to liquid (``wu``/``wv``,
    Batty's weights) and the solid's velocity there;
 2. particle to grid (bilinear), extrapolation into air, a copy kept for the FLIP update;
-3. body force (gravity, or any frame acceleration) and explicit viscosity ``nu * lap(u)``;
+3. body force (gravity, or in a carried container's accelerating, rotating frame the fictitious
+   forces of that frame too) and explicit viscosity ``nu * lap(u)``;
 4. pressure projection: weighted Poisson equation on the liquid cells (air cells p = 0), solved
    by MIC(0)-preconditioned conjugate gradients; compressed cells get a small expansion target
    (density correction) so that the liquid keeps its area over long runs;
@@ -73,6 +74,10 @@ class Flip2D:
         # per-scene physics
         self.nu = ti.field(ti.f32, shape=B)             # kinematic viscosity, m^2/s
         self.gravity = ti.Vector.field(2, ti.f32, shape=B)
+        # Non-inertial frame (a carried container's), per scene: origin (x, y) in the domain,
+        # angle theta0 (rad) at the interval's start, omega0 (rad/s), alpha (rad/s^2), and a flag.
+        # With the flag set, `gravity` holds g - a_frame in WORLD axes (m/s^2).
+        self.frame_motion = ti.Vector.field(6, ti.f32, shape=B)
         # bodies: pose (x, y, theta) at the start of the interval and constant velocity over it
         self.nbody = ti.field(ti.i32, shape=B)
         self.kind = ti.field(ti.i32, shape=(B, K))
@@ -387,15 +392,46 @@ class Flip2D:
         return (self.count_at(b, i, j - 1) + self.count_at(b, i, j)) > 0
 
     @ti.func
-    def body_forces(self, b, dt):
+    def body_forces(self, b, t, dt):
+        """Gravity, or in a moving frame the body force per unit mass
+        g' = R^T (g - a) - alpha x r - omega x (omega x r) - 2 omega x v
+        (R the frame's rotation, r the position from its origin, v the velocity in the frame),
+        evaluated at the substep's middle; then viscosity."""
         g = self.gravity[b]
+        fm = self.frame_motion[b]
         i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            if self.wu[b, i, j] > 0.0:
-                self.u[b, i, j] = self.u[b, i, j] + (g[0] * dt)
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            if self.wv[b, i, j] > 0.0:
-                self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
+        if fm[5] == 0.0:
+            for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+                if self.wu[b, i, j] > 0.0:
+                    self.u[b, i, j] = self.u[b, i, j] + (g[0] * dt)
+            for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+                if self.wv[b, i, j] > 0.0:
+                    self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
+        else:
+            tm = t + 0.5 * dt
+            om = fm[3] + fm[4] * tm
+            th = fm[2] + fm[3] * tm + 0.5 * fm[4] * tm * tm
+            c, s = ti.cos(th), ti.sin(th)
+            gl = ti.Vector([c * g[0] + s * g[1], -s * g[0] + c * g[1]])  # R^T (g - a)
+            al, om2, dx = fm[4], om * om, self.dx
+            # Coriolis reads the other component from the pre-force copies (u_old, w_old): the
+            # update is then independent of the order faces are visited in.
+            for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
+                if self.wu[b, i, j] > 0.0:
+                    rx, ry = i * dx - fm[0], (j + 0.5) * dx - fm[1]
+                    ia, ib = ti.max(i - 1, i0), ti.min(i, i1 - 1)
+                    vy = 0.25 * (self.w_old[b, ia, j] + self.w_old[b, ib, j]
+                                 + self.w_old[b, ia, j + 1] + self.w_old[b, ib, j + 1])
+                    f = gl[0] + om2 * rx + al * ry + 2.0 * om * vy
+                    self.u[b, i, j] = self.u[b, i, j] + (f * dt)
+            for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
+                if self.wv[b, i, j] > 0.0:
+                    rx, ry = (i + 0.5) * dx - fm[0], j * dx - fm[1]
+                    ja, jb = ti.max(j - 1, j0), ti.min(j, j1 - 1)
+                    vx = 0.25 * (self.u_old[b, i, ja] + self.u_old[b, i + 1, ja]
+                                 + self.u_old[b, i, jb] + self.u_old[b, i + 1, jb])
+                    f = gl[1] + om2 * ry - al * rx - 2.0 * om * vx
+                    self.w[b, i, j] = self.w[b, i, j] + (f * dt)
         # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
         # viscosity is far under the scheme's own numerical viscosity: skip the pass.
         if self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx:
@@ -675,7 +711,7 @@ class Flip2D:
             self.u_old[b, i, j] = self.u[b, i, j]
         for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
             self.w_old[b, i, j] = self.w[b, i, j]
-        self.body_forces(b, dt)
+        self.body_forces(b, t, dt)
         iters = self.project(b, dt)
         self.extrapolate_both(b)
         self.grid_to_particles(b, dt)

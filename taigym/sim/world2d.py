@@ -109,6 +109,10 @@ class World2D:
         self._x_fresh = False          # ... and still what the solver holds
         self._owner_read = None        # ... with each particle's container (int8, B x P)
         self._area0 = np.zeros(self.batch_size)
+        # per member: g - a_frame (world axes, m/s^2), origin x, y (m), theta0, omega0, alpha,
+        # flag (see set_frame_motion)
+        self._frame = np.zeros((self.batch_size, 8))
+        self._frame[:, :2] = self.gravity
 
     # ------------------------------------------------------------------ scene set-up
     @property
@@ -310,7 +314,7 @@ class World2D:
                               **self._params)
         s = self._solver
         self._upload_viscosity()
-        s.gravity.from_numpy(np.tile(self.gravity, (self.batch_size, 1)).astype(np.float32))
+        self._upload_gravity()
         self._diag = np.zeros((self.batch_size, s.diagnostics.shape[1]))
         self._upload_bodies()
         self._upload_particles()
@@ -372,6 +376,11 @@ class World2D:
         self._read_diagnostics()
         idx = slice(None) if changed is None else changed
         self._area0[idx] = self._diag[idx, D_AREA]
+
+    def _upload_gravity(self) -> None:
+        s = self._solver
+        s.gravity.from_numpy(self._frame[:, :2].astype(np.float32))
+        s.frame_motion.from_numpy(self._frame[:, 2:].astype(np.float32))
 
     def _upload_viscosity(self) -> None:
         self._solver.nu.from_numpy(self._nu.astype(np.float32))
@@ -448,6 +457,36 @@ class World2D:
         except ValueError:
             self._pose, self._vel = old
             raise
+
+    def set_frame_motion(self, origin, theta: float, omega: float = 0.0, alpha: float = 0.0,
+                         accel=(0.0, 0.0), *, member: int | None = None) -> None:
+        """Simulate the next advances in a moving frame (a carried container's) instead of the
+        room: the domain's axes are the frame's, fixed to it at ``origin`` (x, y in the domain,
+        m), and the frame moves in the world with angle ``theta`` (rad) now, angular velocity
+        ``omega`` (rad/s) now, constant angular acceleration ``alpha`` (rad/s^2) and the
+        acceleration ``accel`` of its origin (world axes, m/s^2) over the advance. Every liquid
+        particle then feels, in the frame,
+        g' = R^T (g - a) - alpha x r - omega x (omega x r) - 2 omega x v
+        (r from the origin, v relative to the frame); bodies stay where the frame holds them.
+        Call it before every advance (theta and omega move on); ``clear_frame_motion`` ends it.
+        """
+        o = _finite_vector("origin", origin, 2)
+        a = _finite_vector("accel", accel, 2)
+        for name, val in (("theta", theta), ("omega", omega), ("alpha", alpha)):
+            if not (isinstance(val, (int, float, np.floating, np.integer)) and math.isfinite(val)):
+                raise ValueError(f"{name} must be a finite number, got {val!r}")
+        idx = self._members_of(member)
+        self._frame[idx] = [*(self.gravity - a), *o, theta, omega, alpha, 1.0]
+        if self._solver is not None:
+            self._upload_gravity()
+
+    def clear_frame_motion(self, *, member: int | None = None) -> None:
+        """Back to the inertial (room) frame with plain gravity."""
+        idx = self._members_of(member)
+        self._frame[idx] = 0.0
+        self._frame[idx, :2] = self.gravity
+        if self._solver is not None:
+            self._upload_gravity()
 
     def advance(self, dt: float) -> None:
         """Advance every member by ``dt`` simulated seconds (one kernel launch)."""

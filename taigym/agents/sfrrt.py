@@ -1,0 +1,84 @@
+"""The SFRRT* expert (seed 002) for ``taigym/Transport-v0``: plans on reset, then tracks the plan.
+
+``taigym.agents.make("sfrrt", env, fixed_jerk=None, classifier="learned", **planner_cfg)``. On
+``reset`` it reads ``env.unwrapped.task`` and plans (RRT* with the tilt-informed sampler,
+shortcutting, SFTP: Ruckig timing whose jerk is lowered until the spill-free classifier accepts).
+``act`` commands the planned velocity at the end of the next control step, plus a small
+correction of the position error. ``replan(obs)`` plans again from the current pose (at rest).
+With ``fixed_jerk=(jx, jz, jtilt)`` it is the baseline: the same path, one fixed jerk.
+
+``classifier``: ``"learned"`` (seed 002's transformer SFC, trained on simulator-labelled
+trajectories by ``scripts/train_sfc.py``; the shipped checkpoint ``taigym/models/data/sfc.pt``
+or ``classifier_path``), ``"quasi_static"`` (the physics placeholder of
+:class:`~taigym.planners.sfrrt.QuasiStaticClassifier`), or any callable ``(traj, props) -> bool``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, sfrrt
+from .base import Agent
+
+TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
+# Transport-v0's constants (taigym.envs.transport; agents see envs only through the Gym API)
+MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
+ROOM = (1.2, 0.8)
+CONTROL_DT = 0.05
+
+
+class SFRRTAgent(Agent):
+    name = "sfrrt"
+
+    def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None, **cfg):
+        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, **cfg)
+        if type(env.unwrapped).__name__ != "TransportEnv":
+            raise ValueError(f"the sfrrt agent plans for taigym/Transport-v0, not "
+                             f"{type(env.unwrapped).__name__}")
+        self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
+        if classifier == "learned":
+            from ..models.sfc import DEFAULT_PATH, SpillFreeClassifier
+
+            classifier = SpillFreeClassifier.load(classifier_path or DEFAULT_PATH)
+        elif classifier == "quasi_static":
+            classifier = QuasiStaticClassifier()
+        elif not callable(classifier):
+            raise ValueError(f"classifier must be 'learned', 'quasi_static' or a callable "
+                             f"(traj, props) -> bool, got {classifier!r}")
+        self.classifier = classifier
+        self.planner_cfg = SFRRTConfig(**cfg)
+        self.plan: Plan | None = None
+
+    def _problem(self, start) -> Problem:
+        task = self.env.unwrapped.task
+        # the planning clearance, unless the start or the goal sits closer than that to something
+        # (a goal just above a shelf board): then as much as they allow
+        c = self.planner_cfg.clearance
+        for clearance in (c, c / 2, c / 5, 0.0):
+            if not task.collides([start, task.goal], clearance).any():
+                break
+        return Problem(start=tuple(float(v) for v in start), goal=task.goal, obstacles=task.obstacles,
+                       hull=task.hull(clearance),
+                       props=(task.bottom_radius, task.top_radius, task.height, task.fill_height),
+                       room=ROOM)
+
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        self.replan(self.env.unwrapped.task.start)
+
+    def replan(self, start) -> Plan:
+        """Plan from ``start`` (x, z, tilt) at rest to the task's goal."""
+        self.plan = sfrrt(self._problem(start), self.classifier, self.planner_cfg, self.rng,
+                          fixed_jerk=self.fixed_jerk)
+        self.k = 0
+        return self.plan
+
+    def act(self, obs, info) -> np.ndarray:
+        tr = self.plan.trajectory
+        k = min(self.k + 1, len(tr.t) - 1)
+        self.k += 1
+        pose, vel = np.asarray(obs[0:3], np.float64), np.asarray(obs[3:6], np.float64)
+        v_ref = tr.vel[k] if self.k < len(tr.t) else np.zeros(3)
+        predicted = pose + 0.5 * (vel + v_ref) * CONTROL_DT
+        v = v_ref + TRACK_GAIN * (tr.pos[k] - predicted) / CONTROL_DT
+        return np.clip(v / MAX_VELOCITY, -1.0, 1.0).astype(np.float32)

@@ -1,0 +1,232 @@
+"""``taigym/Transport-v0``: carry a filled container to a goal through clutter without spilling
+(seed 002, SFRRT*, planar).
+
+The container is seed 002's frustum (bottom radius, top radius, height; 2D: its trapezoidal
+cross-section) filled to ``fill`` of its height, carried in a 1.2 m x 0.8 m room (x across, z
+up) past static boxes (shelves, boxes, walls with a narrow gap; see
+:mod:`taigym.envs.transport_tasks`). The liquid is simulated in the container's own frame with
+the fictitious forces of that accelerating, rotating frame (:class:`taigym.sim.carried.
+CarriedContainer2D`): the cost is the container's, not the room's. Liquid that leaves the
+container is spilled for good.
+
+## Action space
+
+``Box(-1, 1, (3,), float32)``: the container's velocity at the end of the 0.05 s control step,
+as a fraction of :data:`MAX_VELOCITY` = (0.8 m/s, 0.8 m/s, 2 rad/s) for (vx, vz, tilt rate).
+Over the step the velocity changes linearly from the previous one (constant acceleration), so
+the pose follows the trapezoid rule and the liquid feels that acceleration.
+
+## Observation space
+
+A float32 vector of 49 entries:
+
+| index | observation | unit |
+|-------|-------------|------|
+| 0-2 | pose x, z, tilt | m, m, rad |
+| 3-5 | velocity vx, vz, tilt rate | m/s, rad/s |
+| 6-8 | goal pose x, z, tilt | m, m, rad |
+| 9-11 | goal minus pose | m, m, rad |
+| 12-15 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
+| 16 | seed 002's maximum tilt at this fill | rad |
+| 17 | spilled fraction so far | - |
+| 18 | time / horizon | - |
+| 19-48 | 6 obstacle slots: present (0/1), x_centre, z_centre, width, height (m; zeros if empty), nearest to the container first | - |
+
+## Rewards
+
+Per step: progress ``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m
+per rad of tilt), ``-spill_penalty * (increase of the spilled fraction) * 100`` (default 1 per
+percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`` on success.
+
+## Episode end
+
+* Termination: success (the container is within ``goal_tolerance`` (2 cm, 0.05 rad) of the goal
+  and nearly still (< 0.05 m/s, < 0.2 rad/s), with at most 0.1 % spilled); a collision with an
+  obstacle or the room's walls; the container at rest at the goal having spilled more (failure).
+* Truncation: at ``horizon`` (default 10 s = 200 steps), or when the solver blows up
+  (``info["sim_unstable"]``).
+
+## Info (every step, including reset)
+
+``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
+delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, ``collided``,
+``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
+
+## Arguments
+
+``gym.make("taigym/Transport-v0", task_split=None, fill=None, horizon=10.0, dx=0.0035,
+spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, render_mode=None)``: tasks are sampled
+(``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
+tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
+liquid grid's spacing (m; one fixed grid for every container, compiled once per env). A task whose
+fill is above the brim, or whose goal is inside an obstacle or unreachable, raises ValueError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..sim.carried import CarriedContainer2D
+from ..sim.geometry import rotate
+from . import render as _render
+from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
+                              sample_task, transport_tasks)
+
+CONTROL_DT = 0.05
+MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
+GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
+STILL = (0.05, 0.2)                               # m/s, rad/s
+SPILL_LIMIT = 1e-3                                # success: at most 0.1 % spilled
+TILT_WEIGHT = 0.05                                # m per rad in the goal distance
+OBS_SIZE = 19 + 5 * MAX_OBSTACLES
+
+
+def max_tilt_of(task: TransportTask) -> float:
+    """Seed 002's maximum tilt for the task's container and fill (rad), from the cross-section
+    polygon (equal to ``taigym.models.max_tilt.max_tilt``'s Eqs. 1-2, which envs may not import)."""
+    return task.container().max_tilt_angle(task.fill)
+
+
+class TransportEnv(gym.Env):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+
+    def __init__(self, task_split: str | None = None, fill: float | None = None,
+                 horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
+                 time_penalty: float = 0.01, viscosity: float = 1e-3,
+                 render_mode: str | None = None, render_size: tuple[int, int] = (320, 480)):
+        if task_split not in (None, "train", "eval"):
+            raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if fill is not None and not (isinstance(fill, (int, float)) and 0 < fill <= 1):
+            raise ValueError(f"fill must be in (0, 1] (above 1 the liquid would rise above the "
+                             f"brim), got {fill!r}")
+        if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 120):
+            raise ValueError(f"horizon must be in [0.5, 120] s, got {horizon!r}")
+        if not (isinstance(dx, (int, float)) and 0.001 <= dx <= 0.004):
+            raise ValueError(f"dx must be in [0.001, 0.004] m (walls are 8 mm, two cells at least), "
+                             f"got {dx!r}")
+        if not (isinstance(viscosity, (int, float)) and 0 <= viscosity <= 0.5):
+            raise ValueError(f"viscosity must be in [0, 0.5] Pa s, got {viscosity!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        self.task_split, self.fill, self.horizon = task_split, fill, float(horizon)
+        self.dx, self.viscosity = float(dx), float(viscosity)
+        self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
+        self.render_mode, self.render_size = render_mode, tuple(render_size)
+        self.action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
+        lo = np.full(OBS_SIZE, -np.inf, np.float32)
+        hi = np.full(OBS_SIZE, np.inf, np.float32)
+        self.observation_space = spaces.Box(lo, hi, dtype=np.float32)
+        self.task: TransportTask | None = None
+        self.carried: CarriedContainer2D | None = None
+        self.max_steps = int(round(self.horizon / CONTROL_DT))
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if options and options.get("task") is not None:
+            task = as_task(options["task"])
+        elif self.task_split is not None:
+            split = transport_tasks(self.task_split)
+            task = split[int(self.np_random.integers(len(split)))]
+        else:
+            task = sample_task(self.np_random)
+        if self.fill is not None and not (options and options.get("task") is not None):
+            task = dataclasses.replace(task, fill=self.fill)
+        check_feasible(task)
+        self.task = task
+        self.theta_max = max_tilt_of(task)
+        if self.carried is None:
+            self.carried = CarriedContainer2D(2 * MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx,
+                                              viscosity=self.viscosity)
+        self.carried.load(task.container(), task.fill, seed=int(self.np_random.integers(2 ** 31)))
+        self.pose = np.array(task.start, dtype=np.float64)
+        self.vel = np.zeros(3)
+        self.steps, self.collided, self.unstable, self.spilled = 0, False, False, 0.0
+        self.d0 = max(self._distance(), 1e-6)
+        return self._obs(), self._info(success=False)
+
+    def _distance(self) -> float:
+        d = np.asarray(self.task.goal) - self.pose
+        return float(np.hypot(d[0], d[1]) + TILT_WEIGHT * abs(d[2]))
+
+    def _at_goal(self) -> bool:
+        d = np.asarray(self.task.goal) - self.pose
+        return bool(np.hypot(d[0], d[1]) <= GOAL_TOLERANCE[0] and abs(d[2]) <= GOAL_TOLERANCE[1])
+
+    def _still(self) -> bool:
+        return bool(np.hypot(self.vel[0], self.vel[1]) < STILL[0] and abs(self.vel[2]) < STILL[1])
+
+    def step(self, action):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (3,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action must be 3 finite numbers in [-1, 1], got {action!r}")
+        v1 = np.clip(a, -1.0, 1.0) * MAX_VELOCITY
+        d_prev = self._distance()
+        nxt = self.pose + 0.5 * (self.vel + v1) * CONTROL_DT
+        mid = self.pose + 0.5 * CONTROL_DT * (0.75 * self.vel + 0.25 * v1)
+        reward = 0.0
+        if self.task.collides(np.stack([mid, nxt])).any():
+            self.collided = True
+            reward -= 1.0
+            self.vel = np.zeros(3)
+        else:
+            prev_spill = self.carried.spilled
+            self.carried.step(self.pose, self.vel, v1, CONTROL_DT)
+            self.unstable = self.carried.unstable
+            self.pose, self.vel = nxt, v1
+            self.spilled = self.carried.spilled
+            reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
+        self.steps += 1
+        reward += (d_prev - self._distance()) / self.d0 - self.time_penalty
+        delivered = self._at_goal() and self._still()
+        success = delivered and self.spilled <= SPILL_LIMIT and not self.collided
+        if success:
+            reward += 1.0
+        terminated = bool(self.collided or delivered)
+        truncated = bool(not terminated and (self.unstable or self.steps >= self.max_steps))
+        return self._obs(), float(reward), terminated, truncated, self._info(success)
+
+    # ------------------------------------------------------------------ features
+    def _obs(self) -> np.ndarray:
+        t = self.task
+        g = np.asarray(t.goal)
+        head = [*self.pose, *self.vel, *g, *(g - self.pose), t.bottom_radius, t.top_radius,
+                t.height, t.fill_height, self.theta_max, self.spilled,
+                self.steps * CONTROL_DT / self.horizon]
+        slots = np.zeros((MAX_OBSTACLES, 5))
+        if t.obstacles:
+            obs = np.asarray(t.obstacles)
+            order = np.argsort(np.hypot(obs[:, 0] - self.pose[0], obs[:, 1] - self.pose[1]), kind="stable")
+            slots[:len(obs), 0] = 1.0
+            slots[:len(obs), 1:] = obs[order]
+        return np.concatenate([np.asarray(head), slots.ravel()]).astype(np.float32)
+
+    def _info(self, success: bool) -> dict[str, Any]:
+        at_goal = self._at_goal()
+        return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
+                "in_target": (1.0 - self.spilled) if at_goal else 0.0, "in_flight": 0.0,
+                "success": bool(success), "collided": bool(self.collided),
+                "sim_unstable": bool(self.unstable), "time": self.steps * CONTROL_DT,
+                "pose": self.pose.copy(), "velocity": self.vel.copy(),
+                "distance": self._distance()}
+
+    def render(self):
+        if self.render_mode != "rgb_array" or self.task is None:
+            return None
+        cv = _render.Canvas(self.render_size, ROOM)
+        for x, z, w, h in self.task.obstacles:
+            cv.rect((x - w / 2, z - h / 2), (x + w / 2, z + h / 2), _render.OBSTACLE_COLOUR)
+        cup = self.carried.container
+        for pose, colour in ((np.asarray(self.task.goal), _render.TARGET_COLOUR),
+                             (self.pose, _render.SOURCE_COLOUR)):
+            cv.polyline(rotate(cup.walls, pose[2]) + pose[:2], cup.radius, colour)
+        pts = self.carried.world_positions(self.pose)
+        cv.particles(pts, _render.speed_colours(np.zeros(len(pts))), self.carried.world.spacing)
+        return cv.img
