@@ -65,6 +65,7 @@ fill is above the brim, or whose goal is inside an obstacle or unreachable, rais
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -84,6 +85,18 @@ STILL = (0.05, 0.2)                               # m/s, rad/s
 SPILL_LIMIT = 1e-3                                # success: at most 0.1 % spilled
 TILT_WEIGHT = 0.05                                # m per rad in the goal distance
 OBS_SIZE = 19 + 5 * MAX_OBSTACLES
+
+
+def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
+    """Finite (low, high) of every observation entry (the table in the module docstring)."""
+    W, H = ROOM
+    pose_lo, pose_hi = [0.0, 0.0, -math.pi], [W, H, math.pi]
+    lo = [*pose_lo, *-MAX_VELOCITY, *pose_lo, -W, -H, -2 * math.pi, 0, 0, 0, 0, 0, 0, 0]
+    hi = [*pose_hi, *MAX_VELOCITY, *pose_hi, W, H, 2 * math.pi, MAX_TOP_RADIUS, MAX_TOP_RADIUS,
+          MAX_HEIGHT, MAX_HEIGHT, math.pi, 1, 1]
+    slot_lo, slot_hi = [0, 0, 0, 0, 0], [1, W, H, W, H]
+    return (np.array(lo + slot_lo * MAX_OBSTACLES, np.float32),
+            np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
 
 
 def max_tilt_of(task: TransportTask) -> float:
@@ -118,9 +131,7 @@ class TransportEnv(gym.Env):
         self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
         self.render_mode, self.render_size = render_mode, tuple(render_size)
         self.action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
-        lo = np.full(OBS_SIZE, -np.inf, np.float32)
-        hi = np.full(OBS_SIZE, np.inf, np.float32)
-        self.observation_space = spaces.Box(lo, hi, dtype=np.float32)
+        self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
         self.task: TransportTask | None = None
         self.carried: CarriedContainer2D | None = None
         self.max_steps = int(round(self.horizon / CONTROL_DT))
@@ -206,7 +217,8 @@ class TransportEnv(gym.Env):
             order = np.argsort(np.hypot(obs[:, 0] - self.pose[0], obs[:, 1] - self.pose[1]), kind="stable")
             slots[:len(obs), 0] = 1.0
             slots[:len(obs), 1:] = obs[order]
-        return np.concatenate([np.asarray(head), slots.ravel()]).astype(np.float32)
+        obs = np.concatenate([np.asarray(head), slots.ravel()])
+        return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
 
     def _info(self, success: bool) -> dict[str, Any]:
         at_goal = self._at_goal()
