@@ -2,7 +2,9 @@
 
 ``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``
 (seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
-``sac`` (Stable-Baselines3). Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``rh``.
+``sac`` (Stable-Baselines3), ``cmaes`` (seed 001's CMA-ES pour search), ``rh`` (seed 001's
+receding-horizon planner; trained by ``taigym.apps.train agent=rh``). Planned (DESIGN.md §2):
+``sfrrt``, ``stance``.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ _REGISTRY = {
     "dagger": "taigym.agents.dagger:DAggerAgent",
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
+    "cmaes": "taigym.agents.cmaes:CMAESAgent",
+    "rh": "taigym.agents.rh:RHAgent",
 }
-PLANNED = ("sfrrt", "cmaes", "stance", "rh")
+PLANNED = ("sfrrt", "stance")
 
 
 def register(name: str, target: str) -> None:
