@@ -1,6 +1,6 @@
 """Generate seed 001's CMA-ES dataset (TRANSFER+ZERO and TRANSFER+FOLLOW) resumably.
 
-    python scripts/cmaes_dataset.py                       # 40 problems into data/cmaes_rect (minutes)
+    python scripts/cmaes_dataset.py                       # 40 problems into runs/datasets/cmaes_rect (minutes)
     python scripts/cmaes_dataset.py --problems 2000 --popsize 30 --iterations 200   # paper size
 
 Rerunning completes an interrupted run (finished problems are skipped). Prints progress and ends
@@ -20,7 +20,7 @@ from taigym.data.cmaes_dataset import generate, load
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="data/cmaes_rect")
+    ap.add_argument("--out", default="runs/datasets/cmaes_rect")
     ap.add_argument("--problems", type=int, default=40)
     ap.add_argument("--obs-mode", default="features", choices=("features", "lip"))
     ap.add_argument("--popsize", type=int, default=8)

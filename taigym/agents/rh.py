@@ -1,4 +1,4 @@
-"""``rh``: seed 001's receding-horizon feedback planner, guided by the liquid-parameter network.
+r"""``rh``: seed 001's receding-horizon feedback planner, guided by the liquid-parameter network.
 
 Every control step (Pan & Manocha 2017, §V, Eq. 1) the agent solves
 
