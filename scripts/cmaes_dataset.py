@@ -1,6 +1,7 @@
 """Generate seed 001's CMA-ES dataset (TRANSFER+ZERO and TRANSFER+FOLLOW) resumably.
 
     python scripts/cmaes_dataset.py                       # 40 problems into runs/datasets/cmaes_rect (minutes)
+    python scripts/cmaes_dataset.py --labels particles    # states and labels from the particle env
     python scripts/cmaes_dataset.py --problems 2000 --popsize 30 --iterations 200   # paper size
 
 Rerunning completes an interrupted run (finished problems are skipped). Prints progress and ends
@@ -25,10 +26,12 @@ def main() -> None:
     ap.add_argument("--obs-mode", default="features", choices=("features", "lip"))
     ap.add_argument("--popsize", type=int, default=8)
     ap.add_argument("--iterations", type=int, default=15)
+    ap.add_argument("--labels", default="simplified", choices=("simplified", "particles"),
+                    help="env in which the best trajectory is replayed and its states recorded")
     args = ap.parse_args()
     t0 = time.perf_counter()
     generate(args.out, args.problems, obs_mode=args.obs_mode,
-             cmaes={"popsize": args.popsize, "max_iterations": args.iterations})
+             cmaes={"popsize": args.popsize, "max_iterations": args.iterations}, label_fidelity=args.labels)
     d = load(args.out, args.problems)
     print(json.dumps({"problems": int(len(d["reward"])), "states": int(len(d["obs"])),
                       "mean_initial_reward": round(float(np.mean(d["initial_reward"])), 3),

@@ -73,11 +73,36 @@ def not_in_target(info: dict) -> float:
     return float(info["spilled"]) + max(rest - EMPTY_ALLOWANCE, 0.0)
 
 
+def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_oc) -> float:
+    """R_p of the slowest liquid of the last step's outflow, times the fraction that left: it
+    leaves the lip with S's rigid velocity only (the jet's own speed spreads it from there to
+    the full jet, seed 000's fan), and lands where that parabola comes down through T's rim."""
+    from taigym.models.simplified import landing
+
+    est = env.unwrapped.outflow()
+    if est is None or fraction <= 0.0:
+        return 0.0
+    (wx, wy), _ = est
+    x, y, _ = (float(v) for v in info["source_pose"])
+    vx, vy, om = (float(v) for v in info["source_velocity"])
+    t = float(info["time"])
+    rim = float(info["target_pose"][1]) + float(t_oc[1])
+    hit = landing((wx, wy), (vx - om * (wy - y), vy + om * (wx - x)), rim)
+    if hit is None:
+        return SPILL_REWARD * fraction
+    dist = abs(hit[0] - (task.target_pose_at(t + hit[1])[0] + float(t_oc[0])))
+    return fraction * ((half_width - dist) / half_width if dist < half_width else SPILL_REWARD)
+
+
 def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: int = 25,
-            lean: float = 2.3, seed: int = 0):
+            lean: float = 2.3, seed: int = 0, dribble_weight: float = 0.0):
     """Run the trajectory ``poses`` (nodes + 1, 3) on ``task`` in ``env`` (tracking, closed
     loop); returns (R / N, details) and, with ``record``, (observations (T, D), labels
     (T, len(LABELS))) of every visited state before the episode's end.
+
+    With ``dribble_weight`` > 0 the reward adds that weight times the R_p of the outflow's
+    slowest part (:func:`dribble_reward`): the whole fan, not only its mean jet, must land in T,
+    which keeps pours planned with the simplified model inside T in the particle simulator.
 
     The mean-trajectory prior's labels (alpha, beta, gamma) at step k are the ratios of S's
     gaps to the references (:class:`~taigym.planners.cmaes.Reference`) ``prior_steps`` steps
@@ -87,8 +112,11 @@ def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: 
     dt, wall, scale = env_constants(env)
     obs, info = u.reset(seed=seed, options={"task": task})
     obs_list, out_list, pose_list = [obs], [np.zeros(5)], [info["source_pose"].copy()]
-    earned, k = 0.0, 0
+    earned, dribble, k = 0.0, 0.0, 0
     done = False
+    if dribble_weight > 0.0:
+        tshape = task.target_shape(wall)
+        half, t_oc = 0.5 * tshape.width, tshape.opening_centre
     while not done:
         k += 1
         prev = float(info["in_source"])
@@ -96,12 +124,14 @@ def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: 
         obs, _, terminated, truncated, info = u.step(a)
         earned += float(info["reward_target"])
         done = terminated or truncated
+        if dribble_weight > 0.0:
+            dribble += dribble_reward(env, task, info, max(prev - float(info["in_source"]), 0.0), half, t_oc)
         if record:
             out_list.append(outflow_labels(env, info, prev, dt))
             pose_list.append(info["source_pose"].copy())
             if not done:
                 obs_list.append(obs)
-    reward = earned + SPILL_REWARD * not_in_target(info)
+    reward = earned + SPILL_REWARD * not_in_target(info) + dribble_weight * dribble
     details = {k_: float(info[k_]) for k_ in ("in_target", "spilled", "in_source", "in_flight")}
     details["steps"] = k
     if not record:
@@ -134,7 +164,8 @@ def plan_task(task, planning_env, cfg: CMAESConfig) -> CMAESResult:
     """CMA-ES for ``task``, every candidate rolled out in ``planning_env`` (simplified)."""
     _, wall, _ = env_constants(planning_env)
     ref = Reference(task, wall, cfg.lean)
-    return search(ref, lambda poses: rollout(planning_env, task, poses, lean=cfg.lean), cfg)
+    return search(ref, lambda poses: rollout(planning_env, task, poses, lean=cfg.lean,
+                                             dribble_weight=cfg.dribble_weight), cfg)
 
 
 class CMAESAgent(Agent):

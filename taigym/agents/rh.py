@@ -13,6 +13,7 @@ jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
 | term | value | scale |
 |------|-------|-------|
 | C_l, pour | max(rho, rho_floor) (dist_k / W)^2: dist_k = where the parabola from S_k's p (moved with S_k) with velocity R(theta_k) v plus S's rigid velocity (from S_{k-1} -> S_k) comes down through T's rim height, minus T's opening centre then (T moving at its velocity); W: T's half opening | ``pour_weight`` |
+| C_l, dribble | the same for the outflow's slow end, which leaves p with S's rigid velocity only (seed 000's fan, as ``taigym.planners.sqp``) | ``pour_weight`` x ``dribble_weight`` |
 | C_l, prior | \|(S_k - S'_k) / sigma\|^2: S'_k has S's gaps to T's opening (x, y) and to the final lean shrunk by (alpha, beta, gamma)^(k/K) (the monotone coordinates of ``taigym.planners.cmaes``) | ``prior_weight``, ``prior_scale`` |
 | C_r | Laplacian \|(S_{k+1} - 2 S_k + S_{k-1}) / sigma_r\|^2 (S_{-1}, S_0: the last and current poses) | ``smooth_weight``, ``smooth_scale`` |
 | C_o | D_k^2 + ((D_k - D_{k-1}))^2 / sigma_o^2: D the maximal penetration of S's walls (circles) into T's walls and the obstacles (segments) | ``collision_weight``, ``clearance`` |
@@ -55,9 +56,10 @@ FINAL_CHECKPOINT = "agent.pt"
 PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         prior_scale=(0.02, 0.02, 0.2), smooth_weight=0.05,
                         smooth_scale=(0.004, 0.004, 0.02), collision_weight=1.0, clearance=0.003,
-                        max_iterations=12, lean=2.3, rho_floor=0.1)
+                        max_iterations=12, lean=2.3, rho_floor=0.1,
+                        dribble_weight=0.5)
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
-                      min_reward=0.0, epochs=300, lr=3e-3, batch_size=256, val_fraction=0.15,
+                      labels="simplified", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256, val_fraction=0.15,
                       seed=0, progress=True)
 
 
@@ -75,10 +77,12 @@ class HorizonCost:
         self.rims, self.tx, self.tvx = rims, tx, tvx  # (K,) each
         self.W = half_width
         self.q = s_points                             # (Q, 2) S frame
-        self.seg_a, self.seg_b = segments             # (K, M, 2) world
+        self.seg_a, self.seg_ab = segments            # (K, M, 2) world starts, (M, 2) directions
+        self.seg_inv_len2 = 1.0 / np.maximum(np.sum(self.seg_ab ** 2, 1), 1e-12)
         self.reach = s_radius + seg_radius + cfg["clearance"]   # (M,)
         self.dt = dt
         self.w_pour = cfg["pour_weight"]
+        self.w_dribble = cfg["pour_weight"] * cfg["dribble_weight"]
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
         self.w_smooth = cfg["smooth_weight"] / np.asarray(cfg["smooth_scale"], np.float64) ** 2
         self.w_coll = cfg["collision_weight"] / max(cfg["clearance"], 1e-3) ** 2
@@ -102,13 +106,19 @@ class HorizonCost:
         g[:-2] += 2.0 * wl
         grad += g[2:]
         if self.rho > 0.0:
-            c, gc = self._pour(S)
+            c, gc = self._pour(S, self.vx, self.vy, self.w_pour)
             cost += c
             grad += gc
+            if self.w_dribble > 0.0:
+                c, gc = self._pour(S, 0.0, 0.0, self.w_dribble)
+                cost += c
+                grad += gc
         c, gc = self._collision(S)
         return cost + c, grad + gc
 
-    def _pour(self, S: np.ndarray):
+    def _pour(self, S: np.ndarray, vx: float, vy: float, weight: float):
+        """weight * rho * sum_k (dist_k / W)^2 for the parabola leaving p with the jet's own
+        velocity (vx, vy) (S frame) plus S's rigid velocity, and its gradient."""
         dt, g = self.dt, GRAVITY
         P = np.vstack([self.S0, S])
         x, y, th = S[:, 0], S[:, 1], S[:, 2]
@@ -116,7 +126,7 @@ class HorizonCost:
         c, s = np.cos(th), np.sin(th)
         ax, ay = c * self.px - s * self.py, s * self.px + c * self.py
         wx, wy = x + ax, y + ay
-        jx, jy = c * self.vx - s * self.vy, s * self.vx + c * self.vy
+        jx, jy = c * vx - s * vy, s * vx + c * vy
         om = (th - thp) / dt
         Vx = jx + (x - xp) / dt - om * ay
         Vy = jy + (y - yp) / dt + om * ax
@@ -142,7 +152,7 @@ class HorizonCost:
         dp_x = -tau * inv
         dp_y = -rel * cy * inv
         dp_th = tau * ay * inv - rel * cy * ax * inv
-        w = self.w_pour * self.rho / (self.W * self.W)
+        w = weight * self.rho / (self.W * self.W)
         cost = float(w * (e @ e))
         we = 2.0 * w * e
         grad = np.empty_like(S)
@@ -158,14 +168,14 @@ class HorizonCost:
         if self.seg_a.shape[1] == 0:
             return 0.0, np.zeros_like(S)
         if self._active is None:
-            D, _ = self._penetration(S, self.seg_a, self.seg_b, margin=ACTIVE_MARGIN)
+            D, _ = self._penetration(S, self.seg_a, margin=ACTIVE_MARGIN)
             self._active = np.flatnonzero(D > 0.0)
         act = self._active
         if len(act) == 0:
             return 0.0, np.zeros_like(S)
         D = np.zeros(len(S))
         dD = np.zeros_like(S)
-        D[act], dD[act] = self._penetration(S[act], self.seg_a[act], self.seg_b[act])
+        D[act], dD[act] = self._penetration(S[act], self.seg_a[act])
         Dp = np.concatenate([[0.0], D[:-1]])
         dd = D - Dp
         cost = float(self.w_coll * (D @ D + dd @ dd))
@@ -173,29 +183,30 @@ class HorizonCost:
         gD[:-1] -= 2.0 * dd[1:]
         return cost, self.w_coll * gD[:, None] * dD
 
-    def _penetration(self, S, seg_a, seg_b, margin: float = 0.0):
-        """Max penetration D (n,) of S's wall circles at poses S (n, 3) into the segments
-        (n, M, 2) (plus ``margin``), and its gradient (n, 3)."""
+    def _penetration(self, S, seg_a, margin: float = 0.0):
+        """Max penetration D (n,) of S's wall circles at poses S (n, 3) into the segments starting
+        at ``seg_a`` (n, M, 2) (plus ``margin``), and its gradient (n, 3). Component-wise on
+        (n, Q, M) arrays: the segments only translate with T, so their directions are fixed."""
         x, y, th = S[:, 0], S[:, 1], S[:, 2]
-        c, s = np.cos(th), np.sin(th)
+        c, s = np.cos(th)[:, None], np.sin(th)[:, None]
         qx, qy = self.q[:, 0], self.q[:, 1]
-        rx = c[:, None] * qx - s[:, None] * qy                 # (K, Q) offsets from S's origin
-        ry = s[:, None] * qx + c[:, None] * qy
-        pts = np.stack([x[:, None] + rx, y[:, None] + ry], -1)  # (K, Q, 2)
-        a, b = seg_a[:, None], seg_b[:, None]                   # (n, 1, M, 2)
-        ab = b - a
-        t = np.clip(np.sum((pts[:, :, None] - a) * ab, -1) / np.maximum(np.sum(ab * ab, -1), 1e-12), 0.0, 1.0)
-        diff = pts[:, :, None] - (a + t[..., None] * ab)        # (n, Q, M, 2)
-        dist = np.sqrt(np.sum(diff * diff, -1)) + 1e-12
+        rx, ry = c * qx - s * qy, s * qx + c * qy              # (n, Q) offsets from S's origin
+        dx0 = (x[:, None] + rx)[:, :, None] - seg_a[:, None, :, 0]   # (n, Q, M)
+        dy0 = (y[:, None] + ry)[:, :, None] - seg_a[:, None, :, 1]
+        abx, aby = self.seg_ab[:, 0], self.seg_ab[:, 1]
+        t = np.clip((dx0 * abx + dy0 * aby) * self.seg_inv_len2, 0.0, 1.0)
+        dx, dy = dx0 - t * abx, dy0 - t * aby
+        dist = np.sqrt(dx * dx + dy * dy) + 1e-12
         pen = (self.reach + margin) - dist                      # (n, Q, M)
         n_ = len(S)
         rows = np.arange(n_)
         j = np.argmax(pen.reshape(n_, -1), 1)
         qi, mi = np.unravel_index(j, pen.shape[1:])
         D = np.maximum(pen[rows, qi, mi], 0.0)
-        nrm = diff[rows, qi, mi] / dist[rows, qi, mi][:, None]   # (n, 2)
+        d = dist[rows, qi, mi]
+        nx, ny = dx[rows, qi, mi] / d, dy[rows, qi, mi] / d
         # dD/dpose = -(n_x, n_y, n . d p / d theta), d p / d theta = (-ry, rx)
-        dD = -np.stack([nrm[:, 0], nrm[:, 1], -nrm[:, 0] * ry[rows, qi] + nrm[:, 1] * rx[rows, qi]], 1)
+        dD = -np.stack([nx, ny, -nx * ry[rows, qi] + ny * rx[rows, qi]], 1)
         return D, dD * (D > 0.0)[:, None]
 
 
@@ -328,6 +339,7 @@ class RHAgent(Agent):
             boxes_b.append(np.roll(cs, -1, axis=0))
         self.o_a = np.concatenate(boxes_a) if boxes_a else np.zeros((0, 2))
         self.o_b = np.concatenate(boxes_b) if boxes_b else np.zeros((0, 2))
+        self.seg_ab = np.concatenate([self.t_b - self.t_a, self.o_b - self.o_a])
         self.seg_radius = np.concatenate([np.full(len(self.t_a), target.radius), np.zeros(len(self.o_a))])
         self.half_width = 0.5 * target.width
         self.t_oc = np.asarray(target.opening_centre, np.float64)
@@ -351,11 +363,10 @@ class RHAgent(Agent):
         frac = (np.arange(1, K + 1) / K)[:, None]
         prior = ref.pose(gaps0 * np.clip(ratios, 1e-3, 1.0) ** frac, signs, times)
         seg_a = np.concatenate([tpos[:, None] + self.t_a, np.broadcast_to(self.o_a, (K,) + self.o_a.shape)], 1)
-        seg_b = np.concatenate([tpos[:, None] + self.t_b, np.broadcast_to(self.o_b, (K,) + self.o_b.shape)], 1)
         return HorizonCost(pose0=pose, pose_prev=pose - vel * dt, params=outflow, prior_poses=prior,
                            rims=tpos[:, 1] + self.t_oc[1], tx=tpos[:, 0] + self.t_oc[0], tvx=tvx,
                            half_width=self.half_width, s_points=self.s_points, s_radius=self.s_radius,
-                           segments=(seg_a, seg_b), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt)
+                           segments=(seg_a, self.seg_ab), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt)
 
     def plan(self, obs, info: dict) -> np.ndarray:
         """The K actions (K, 3) minimising the horizon objective (L-BFGS, warm-started)."""
@@ -411,7 +422,8 @@ def train(make_env, cfg: dict, run_dir: str | Path, logger=None, expert=None) ->
     """Generate (or complete) the CMA-ES dataset, fit the network, return the agent.
 
     ``cfg``: ``TRAIN_DEFAULTS`` (dataset directory, or None for ``run_dir/cmaes_dataset``;
-    ``problems``, ``popsize``, ``iterations`` of the generator; ``min_reward``: keep the
+    ``problems``, ``popsize``, ``iterations`` of the generator; ``labels``: the env, simplified
+    or particles, in which the CMA-ES pours are replayed and recorded; ``min_reward``: keep the
     pours whose R/N reaches it; ``epochs``, ``lr``, ``batch_size``, ``val_fraction``, ``seed`` of
     the fit) plus the planner's options (``PLANNER_DEFAULTS``)."""
     from taigym.data.cmaes_dataset import generate, load
@@ -431,7 +443,7 @@ def train(make_env, cfg: dict, run_dir: str | Path, logger=None, expert=None) ->
     resolution = int(getattr(getattr(env.unwrapped, "cfg", None), "resolution", 128))
     generate(data_dir, int(c["problems"]), obs_mode=c["obs_mode"], resolution=resolution,
              cmaes={"popsize": int(c["popsize"]), "max_iterations": int(c["iterations"])},
-             progress=bool(c["progress"]))
+             progress=bool(c["progress"]), label_fidelity=c["labels"])
     d = load(data_dir, int(c["problems"]))
     keep = d["reward"] >= float(c["min_reward"])
     if not keep.any():

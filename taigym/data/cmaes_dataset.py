@@ -5,8 +5,9 @@ relative position of S and T, T's speed, fill 0.3-0.8, viscosity, T's shape) wit
 rectangular S (the paper trains on one container shape; other shapes are held out) from the
 generator ``default_rng([seed, i])``; even i are TRANSFER+ZERO (liquid at rest), odd i
 TRANSFER+FOLLOW (liquid moving with S). For each, ``taigym.agents.cmaes`` searches S's
-trajectory with CMA-ES in the simplified Pour-v0, replays the best one and records every visited
-state's observation (the env's ``features``: the heightfield of the last 4 frames and both
+trajectory with CMA-ES in the simplified Pour-v0, replays the best one (in the simplified env, or
+with ``label_fidelity="particles"`` in the particle env) and records every visited state's
+observation (the env's ``features``: the heightfield of the last 4 frames and both
 containers' poses, or ``lip``) with the labels ``taigym.agents.cmaes.LABELS`` (outflow parabola
 p, v and flux rho in S's frame; the mean-trajectory prior's ratios alpha, beta, gamma).
 
@@ -16,7 +17,7 @@ Layout: ``<dir>/meta.json`` (the generation options) and ``<dir>/problem_<i>.npz
 resumable: problems whose file exists are skipped; it is deterministic per problem.
 
 Size: the default, 40 problems (popsize 8, 15 iterations), takes a few minutes on one core here
-(~2 s per problem); the paper's full size is P = 1000 problems per dataset (2000 in all, I =
+(~2 s per problem, ~4 s with particle labels); the paper's full size is P = 1000 problems per dataset (2000 in all, I =
 200 iterations of R = 30 samples): ``python scripts/cmaes_dataset.py --problems 2000
 --popsize 30 --iterations 200``, hours on one core with the simplified model.
 """
@@ -65,8 +66,13 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "features",
              cmaes: dict | None = None, seed: int = DATASET_SEED, progress: bool = True,
-             resolution: int = 128) -> Path:
-    """Generate (or complete) the dataset in ``out_dir``; returns its path."""
+             resolution: int = 128, label_fidelity: str = "simplified") -> Path:
+    """Generate (or complete) the dataset in ``out_dir``; returns its path. CMA-ES always
+    searches in the simplified env; ``label_fidelity="particles"`` replays the best trajectory
+    in the particle env (FLIP) and records its states, labels and reward instead (the
+    heightfield and outflow the agent will see there; ~1-2 s more per problem)."""
+    if label_fidelity not in ("simplified", "particles"):
+        raise ValueError(f"label_fidelity must be 'simplified' or 'particles', got {label_fidelity!r}")
     import gymnasium as gym
 
     import taigym.envs  # noqa: F401  (registers Pour-v0)
@@ -77,7 +83,7 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
     out.mkdir(parents=True, exist_ok=True)
     cfg = CMAESConfig(**(cmaes or {}))
     meta = {"problems": int(problems), "obs_mode": obs_mode, "seed": int(seed), "resolution": int(resolution),
-            "cmaes": dataclasses.asdict(cfg), "source_container": "rect"}
+            "cmaes": dataclasses.asdict(cfg), "source_container": "rect", "label_fidelity": label_fidelity}
     meta_path = out / "meta.json"
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
@@ -87,12 +93,15 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
                              f"use another directory")
     _write_text_atomic(meta_path, json.dumps(meta, indent=1))
     env = gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode=obs_mode, resolution=resolution)
+    label_env = env if label_fidelity == "simplified" else \
+        gym.make("taigym/Pour-v0", fidelity="particles", obs_mode=obs_mode, resolution=resolution)
     todo = [i for i in range(problems) if not (out / f"problem_{i:05d}.npz").exists()]
     t0 = time.perf_counter()
     for n, i in enumerate(todo):
         task = problem(i, seed)
         res = plan_task(task, env, dataclasses.replace(cfg, seed=cfg.seed + i))
-        reward, details, (obs, labels) = rollout(env, task, res.poses, record=True, lean=cfg.lean)
+        reward, details, (obs, labels) = rollout(label_env, task, res.poses, record=True, lean=cfg.lean,
+                                                 seed=i)
         _write_npz_atomic(out / f"problem_{i:05d}.npz", obs=obs, labels=labels,
                           reward=np.float64(reward), initial_reward=np.float64(res.initial_reward),
                           history=np.asarray(res.history), ratios=res.ratios,
@@ -104,6 +113,7 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
                   f"spilled {details['spilled']:.3f}, {len(obs)} states; {el:.0f} s, "
                   f"eta {el / (n + 1) * (len(todo) - n - 1):.0f} s", flush=True)
     env.close()
+    label_env.close()
     return out
 
 
