@@ -57,7 +57,7 @@ PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         prior_scale=(0.02, 0.02, 0.2), smooth_weight=0.05,
                         smooth_scale=(0.004, 0.004, 0.02), collision_weight=1.0, clearance=0.003,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
-                        dribble_weight=0.5)
+                        dribble_weight=1.0)
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
                       labels="simplified", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256, val_fraction=0.15,
                       seed=0, progress=True)
