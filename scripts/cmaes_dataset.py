@@ -1,7 +1,7 @@
 """Generate seed 001's CMA-ES dataset (TRANSFER+ZERO and TRANSFER+FOLLOW) resumably.
 
     python scripts/cmaes_dataset.py                       # 40 problems into runs/datasets/cmaes_rect (minutes)
-    python scripts/cmaes_dataset.py --labels particles    # states and labels from the particle env
+    python scripts/cmaes_dataset.py --labels simplified   # states and labels from the simplified env
     python scripts/cmaes_dataset.py --problems 2000 --popsize 30 --iterations 200   # paper size
 
 Rerunning completes an interrupted run (finished problems are skipped). Prints progress and ends
@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--obs-mode", default="features", choices=("features", "lip"))
     ap.add_argument("--popsize", type=int, default=8)
     ap.add_argument("--iterations", type=int, default=15)
-    ap.add_argument("--labels", default="simplified", choices=("simplified", "particles"),
+    ap.add_argument("--labels", default="particles", choices=("simplified", "particles"),
                     help="env in which the best trajectory is replayed and its states recorded")
     args = ap.parse_args()
     t0 = time.perf_counter()

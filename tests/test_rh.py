@@ -30,7 +30,8 @@ def make_env():
 def tiny_dataset(tmp_path_factory):
     """8 CMA-ES problems (4 TRANSFER+ZERO, 4 TRANSFER+FOLLOW) with a small search."""
     torch.set_num_threads(1)
-    return generate(tmp_path_factory.mktemp("cmaes") / "ds", 8, cmaes=TINY, progress=False)
+    return generate(tmp_path_factory.mktemp("cmaes") / "ds", 8, cmaes=TINY, progress=False,
+                    label_fidelity="simplified")
 
 
 def test_monotone_coordinates_map_to_shrinking_gaps():
@@ -83,13 +84,13 @@ def test_dataset_is_resumable_and_labelled(tiny_dataset, tmp_path):
     assert flowing.any() and (~flowing).any()
     assert np.all(d["reward"] >= d["initial_reward"])
     # resuming: finished problems are kept, not recomputed
-    out = generate(tmp_path / "ds", 1, cmaes=TINY, progress=False)
+    out = generate(tmp_path / "ds", 1, cmaes=TINY, progress=False, label_fidelity="simplified")
     first = (out / "problem_00000.npz").stat().st_mtime_ns
-    generate(out, 2, cmaes=TINY, progress=False)
+    generate(out, 2, cmaes=TINY, progress=False, label_fidelity="simplified")
     assert (out / "problem_00000.npz").stat().st_mtime_ns == first
     assert sorted(p.name for p in out.iterdir()) == ["meta.json", "problem_00000.npz", "problem_00001.npz"]
     with pytest.raises(ValueError, match="other options"):
-        generate(out, 2, cmaes={"popsize": 5, "max_iterations": 4}, progress=False)
+        generate(out, 2, cmaes={"popsize": 5, "max_iterations": 4}, progress=False, label_fidelity="simplified")
 
 
 def test_liquid_net_beats_a_constant_predictor(tiny_dataset):
@@ -112,7 +113,8 @@ def test_liquid_net_beats_a_constant_predictor(tiny_dataset):
 def trained(tiny_dataset, tmp_path_factory):
     run = tmp_path_factory.mktemp("rh_run")
     agent = train(make_env, {"dataset": str(tiny_dataset), "problems": 8, "epochs": 150, "progress": False,
-                             "popsize": TINY["popsize"], "iterations": TINY["max_iterations"]}, run)
+                             "popsize": TINY["popsize"], "iterations": TINY["max_iterations"],
+                             "labels": "simplified"}, run)
     return agent, run
 
 

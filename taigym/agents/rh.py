@@ -59,8 +59,8 @@ PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
                         dribble_weight=1.0)
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
-                      labels="simplified", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256, val_fraction=0.15,
-                      seed=0, progress=True)
+                      labels="particles", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256,
+                      val_fraction=0.15, seed=0, progress=True)
 
 
 # ---------------------------------------------------------------------- the objective

@@ -16,10 +16,11 @@ Layout: ``<dir>/meta.json`` (the generation options) and ``<dir>/problem_<i>.npz
 ``details`` JSON), each written atomically (temporary file, then ``os.replace``). Generation is
 resumable: problems whose file exists are skipped; it is deterministic per problem.
 
-Size: the default, 40 problems (popsize 8, 15 iterations), takes a few minutes on one core here
-(~2 s per problem, ~4 s with particle labels); the paper's full size is P = 1000 problems per dataset (2000 in all, I =
-200 iterations of R = 30 samples): ``python scripts/cmaes_dataset.py --problems 2000
---popsize 30 --iterations 200``, hours on one core with the simplified model.
+Size: the default, 40 problems (popsize 8, 15 iterations, particle labels), takes a few
+minutes on one core here (2-10 s per problem, depending on the load); the agent shipped in the
+report used 160 (``--problems 160``, 9 min). The paper's full size is P = 1000 problems per
+dataset (2000 in all, I = 200 iterations of R = 30 samples): ``python scripts/cmaes_dataset.py
+--problems 2000 --popsize 30 --iterations 200``: 12 million rollouts of ~10-30 ms, days on one core.
 """
 
 from __future__ import annotations
@@ -66,11 +67,12 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "features",
              cmaes: dict | None = None, seed: int = DATASET_SEED, progress: bool = True,
-             resolution: int = 128, label_fidelity: str = "simplified") -> Path:
+             resolution: int = 128, label_fidelity: str = "particles") -> Path:
     """Generate (or complete) the dataset in ``out_dir``; returns its path. CMA-ES always
-    searches in the simplified env; ``label_fidelity="particles"`` replays the best trajectory
-    in the particle env (FLIP) and records its states, labels and reward instead (the
-    heightfield and outflow the agent will see there; ~1-2 s more per problem)."""
+    searches in the simplified env; ``label_fidelity="particles"`` (default) replays the best
+    trajectory in the particle env (FLIP) and records its states, labels and reward (the
+    heightfield and outflow the agent will see there; ~1-2 s more per problem); ``"simplified"``
+    replays it in the simplified env."""
     if label_fidelity not in ("simplified", "particles"):
         raise ValueError(f"label_fidelity must be 'simplified' or 'particles', got {label_fidelity!r}")
     import gymnasium as gym
