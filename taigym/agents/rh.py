@@ -81,8 +81,9 @@ class HorizonCost:
         self.seg_inv_len2 = 1.0 / np.maximum(np.sum(self.seg_ab ** 2, 1), 1e-12)
         self.reach = s_radius + seg_radius + cfg["clearance"]   # (M,)
         self.dt = dt
-        self.w_pour = cfg["pour_weight"]
-        self.w_dribble = cfg["pour_weight"] * cfg["dribble_weight"]
+        self._jet_vx = np.array([[self.vx], [0.0]])
+        self._jet_vy = np.array([[self.vy], [0.0]])
+        self._pour_w = (cfg["pour_weight"] * self.rho / self.W ** 2) * np.array([[1.0], [cfg["dribble_weight"]]])
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
         self.w_smooth = cfg["smooth_weight"] / np.asarray(cfg["smooth_scale"], np.float64) ** 2
         self.w_coll = cfg["collision_weight"] / max(cfg["clearance"], 1e-3) ** 2
@@ -106,19 +107,18 @@ class HorizonCost:
         g[:-2] += 2.0 * wl
         grad += g[2:]
         if self.rho > 0.0:
-            c, gc = self._pour(S, self.vx, self.vy, self.w_pour)
+            c, gc = self._pour(S)
             cost += c
             grad += gc
-            if self.w_dribble > 0.0:
-                c, gc = self._pour(S, 0.0, 0.0, self.w_dribble)
-                cost += c
-                grad += gc
         c, gc = self._collision(S)
         return cost + c, grad + gc
 
-    def _pour(self, S: np.ndarray, vx: float, vy: float, weight: float):
-        """weight * rho * sum_k (dist_k / W)^2 for the parabola leaving p with the jet's own
-        velocity (vx, vy) (S frame) plus S's rigid velocity, and its gradient."""
+    def _pour(self, S: np.ndarray):
+        """rho sum_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
+        own velocity v plus S's rigid velocity) and the dribble (``pour_weight`` x
+        ``dribble_weight``; S's rigid velocity only), and its gradient. Both parabolas are rows
+        of (2, K) arrays."""
+        vx, vy = self._jet_vx, self._jet_vy                      # (2, 1): jet, dribble
         dt, g = self.dt, GRAVITY
         P = np.vstack([self.S0, S])
         x, y, th = S[:, 0], S[:, 1], S[:, 2]
@@ -152,14 +152,14 @@ class HorizonCost:
         dp_x = -tau * inv
         dp_y = -rel * cy * inv
         dp_th = tau * ay * inv - rel * cy * ax * inv
-        w = weight * self.rho / (self.W * self.W)
-        cost = float(w * (e @ e))
-        we = 2.0 * w * e
-        grad = np.empty_like(S)
-        grad[:, 0], grad[:, 1], grad[:, 2] = we * de_x, we * de_y, we * de_th
-        grad[:-1, 0] += we[1:] * dp_x[1:]
-        grad[:-1, 1] += we[1:] * dp_y[1:]
-        grad[:-1, 2] += we[1:] * dp_th[1:]
+        w = self._pour_w                                         # (2, 1)
+        we = w * e
+        cost = float((we * e).sum())
+        we *= 2.0
+        g_cur = np.stack([we * de_x, we * de_y, we * de_th], -1)      # (2, K, 3)
+        g_prev = np.stack([we * dp_x, we * dp_y, we * dp_th], -1)
+        grad = g_cur[0] + g_cur[1]
+        grad[:-1] += g_prev[0, 1:] + g_prev[1, 1:]
         return cost, grad
 
     def _collision(self, S: np.ndarray):
@@ -211,7 +211,7 @@ class HorizonCost:
 
 
 # ---------------------------------------------------------------------- the optimiser
-def lbfgs(f, x0: np.ndarray, max_iterations: int, memory: int = 8, gtol: float = 1e-6):
+def lbfgs(f, x0: np.ndarray, max_iterations: int, memory: int = 5, gtol: float = 1e-6):
     """Minimise ``f(x) -> (value, gradient)`` by L-BFGS (two-loop recursion, Armijo
     backtracking). Returns (x, iterations). In NumPy: SciPy's L-BFGS-B calls a threaded BLAS
     whose threads spin for milliseconds per call on a busy machine; this costs microseconds.
@@ -314,13 +314,15 @@ class RHAgent(Agent):
                              f"{obs_dim} (obs_mode {self.meta.get('obs_mode', '?')!r}: build the env with it)")
         self.predict = net.numpy_predictor()
         self._task = None
-        self.solve_seconds: list[float] = []
+        self.solve_seconds: list[float] = []        # wall time of each step's plan (s)
+        self.solve_cpu_seconds: list[float] = []    # CPU time of this process (s): without the
+        # time other processes hold the core, the latency an unloaded core would see
 
     # ------------------------------------------------------------------ episode state
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
         self._task, self._u = None, None
-        self.solve_seconds = []
+        self.solve_seconds, self.solve_cpu_seconds = [], []
 
     def _prepare(self, task) -> None:
         dt, wall, scale = env_constants(self.env)
@@ -391,9 +393,10 @@ class RHAgent(Agent):
         return self._u
 
     def act(self, obs, info: dict) -> np.ndarray:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         u = self.plan(obs, info)
         self.solve_seconds.append(time.perf_counter() - t0)
+        self.solve_cpu_seconds.append(time.process_time() - c0)
         return u[0].astype(np.float32)
 
     # ------------------------------------------------------------------ persistence
