@@ -3,18 +3,16 @@ receding-horizon agent ``rh``, on the simplified Pour-v0 (no particles, no netwo
 
 from __future__ import annotations
 
-import dataclasses
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-import taigym
+import taigym  # noqa: F401  (registers the envs)
 from taigym.agents import make
 from taigym.agents.base import run_episode
 from taigym.agents.cmaes import plan_task, rollout
-from taigym.agents.rh import RHAgent, train
+from taigym.agents.rh import train
 from taigym.data.cmaes_dataset import TEST_SEED, generate, load, problem
 from taigym.models.liquid_net import FitConfig, constant_errors, errors, fit
 from taigym.planners.cmaes import CMAESConfig, Reference, trajectory
@@ -95,7 +93,7 @@ def test_dataset_is_resumable_and_labelled(tiny_dataset, tmp_path):
 
 def test_liquid_net_beats_a_constant_predictor(tiny_dataset):
     d = load(tiny_dataset)
-    net, report = fit(d["obs"], d["labels"], d["problem"], FitConfig(epochs=150, val_fraction=0.0))
+    net, _ = fit(d["obs"], d["labels"], d["problem"], FitConfig(epochs=150, val_fraction=0.0))
     ours, const = errors(net, d["obs"], d["labels"]), constant_errors(d["obs"], d["labels"], d["labels"])
     for k in ("outflow", "rho", "prior"):
         assert ours[k] < 0.8 * const[k], (k, ours, const)
@@ -129,7 +127,7 @@ def test_horizon_cost_gradient_is_exact(trained):
     rng = np.random.default_rng(1)
     S = hc.prior + rng.normal(0, 0.01, hc.prior.shape)
     S[:, 1] -= np.linspace(0, 0.08, len(S))                 # down towards T: collisions active
-    c, g = hc(S)
+    _, g = hc(S)
     assert len(hc._active) > 0
     eps = 1e-6
     for k in rng.choice(len(S), 6, replace=False):
