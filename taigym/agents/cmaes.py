@@ -11,8 +11,7 @@ plan's next pose, in action units, clipped to [-1, 1].
 (``taigym.data.cmaes_dataset``): it runs a trajectory in an env, returns R / N from the env's
 metrics (``reward_target`` summed over the episode: sum of R_p over the liquid entering T,
 divided by the amount of liquid; every fraction not in T at the end counts -100, see
-:func:`not_in_target`) and can record
-each visited state's observation with the labels of seed 001's network (``LABELS``).
+:func:`not_in_target`) and can record each visited state's observation with the labels of seed 001's network (``LABELS``).
 
 Options: any field of :class:`taigym.planners.cmaes.CMAESConfig` (``popsize``,
 ``max_iterations``, ``lean``, ``spline_time``, ``seed``, ...).
@@ -29,8 +28,8 @@ from taigym.planners.cmaes import SPILL_REWARD, CMAESConfig, CMAESResult, Refere
 
 from .base import Agent
 
-#: per-state labels recorded by :func:`rollout` (S frame: rotated into S's axes, from its origin)
 EMPTY_ALLOWANCE = 0.025     #: fraction left in S and in flight that still counts as poured out
+#: per-state labels recorded by :func:`rollout` (S frame: rotated into S's axes, from its origin)
 LABELS = ("p_x", "p_y", "v_x", "v_y", "rho", "alpha", "beta", "gamma")
 
 
@@ -48,6 +47,14 @@ def track(pose_next, current, scale) -> np.ndarray:
     return np.clip((np.asarray(pose_next) - np.asarray(current)) / scale, -1.0, 1.0)
 
 
+def rigid_velocity(info: dict, wx: float, wy: float) -> tuple[float, float]:
+    """Velocity (m/s) of S's rigid motion (``info["source_velocity"]``) at the world point
+    (wx, wy)."""
+    x, y, _ = (float(v) for v in info["source_pose"])
+    vx, vy, om = (float(v) for v in info["source_velocity"])
+    return vx - om * (wy - y), vy + om * (wx - x)
+
+
 def outflow_labels(env, info: dict, prev_in_source: float, dt: float) -> np.ndarray:
     """(p_x, p_y, v_x, v_y, rho) of the outflow of the last step: the parabola's start p and the
     jet's own velocity v (S's rigid motion removed) in S's frame (m, m/s), and the flux rho
@@ -58,8 +65,8 @@ def outflow_labels(env, info: dict, prev_in_source: float, dt: float) -> np.ndar
         return np.zeros(5)
     (wx, wy), (jx, jy) = est
     x, y, th = (float(v) for v in info["source_pose"])
-    vx, vy, om = (float(v) for v in info["source_velocity"])
-    jx, jy = jx - (vx - om * (wy - y)), jy - (vy + om * (wx - x))     # the jet's own velocity
+    rx, ry = rigid_velocity(info, wx, wy)
+    jx, jy = jx - rx, jy - ry                                           # the jet's own velocity
     c, s = math.cos(th), math.sin(th)
     dx, dy = wx - x, wy - y
     return np.array([c * dx + s * dy, -s * dx + c * dy, c * jx + s * jy, -s * jx + c * jy, rho])
@@ -83,11 +90,9 @@ def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_
     if est is None or fraction <= 0.0:
         return 0.0
     (wx, wy), _ = est
-    x, y, _ = (float(v) for v in info["source_pose"])
-    vx, vy, om = (float(v) for v in info["source_velocity"])
     t = float(info["time"])
     rim = float(info["target_pose"][1]) + float(t_oc[1])
-    hit = landing((wx, wy), (vx - om * (wy - y), vy + om * (wx - x)), rim)
+    hit = landing((wx, wy), rigid_velocity(info, wx, wy), rim)
     if hit is None:
         return SPILL_REWARD * fraction
     dist = abs(hit[0] - (task.target_pose_at(t + hit[1])[0] + float(t_oc[0])))

@@ -26,9 +26,8 @@ dataset (2000 in all, I = 200 iterations of R = 30 samples): ``python scripts/cm
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,20 +48,11 @@ def problem(i: int, seed: int = DATASET_SEED, source_container: str = "rect"):
 
 
 def _write_npz_atomic(path: Path, **arrays) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp.npz")
-    os.close(fd)
-    try:
-        np.savez_compressed(tmp, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from taigym.agents.policy import atomic_write_bytes
 
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "features",
@@ -93,7 +83,9 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
         if not same:
             raise ValueError(f"{out} holds a dataset generated with other options ({old}); "
                              f"use another directory")
-    _write_text_atomic(meta_path, json.dumps(meta, indent=1))
+    from taigym.agents.policy import atomic_write_bytes
+
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
     env = gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode=obs_mode, resolution=resolution)
     label_env = env if label_fidelity == "simplified" else \
         gym.make("taigym/Pour-v0", fidelity="particles", obs_mode=obs_mode, resolution=resolution)

@@ -164,11 +164,6 @@ def ratios_from_z(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def z_from_ratios(ratios: np.ndarray) -> np.ndarray:
-    r = np.clip(np.asarray(ratios, np.float64), 1e-6, 1.0 - 1e-6)
-    return np.log(r / (1.0 - r)).ravel()
-
-
 def trajectory(ratios: np.ndarray, ref: Reference, cfg: CMAESConfig, start_pose=None,
                start_time: float = 0.0) -> np.ndarray:
     """S's poses (nodes + 1, 3) at ``start_time + k dt`` from the monotone coordinates
