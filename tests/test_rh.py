@@ -80,7 +80,7 @@ def test_dataset_is_resumable_and_labelled(tiny_dataset, tmp_path):
     assert np.all((ratios > 0) & (ratios <= 1))
     flowing = d["labels"][:, 4] > 0
     assert flowing.any() and (~flowing).any()
-    assert np.all(d["reward"] >= d["initial_reward"])
+    assert np.all(d["planned_reward"] >= d["initial_reward"])
     # resuming: finished problems are kept, not recomputed
     out = generate(tmp_path / "ds", 1, cmaes=TINY, progress=False, label_fidelity="simplified")
     first = (out / "problem_00000.npz").stat().st_mtime_ns

@@ -12,7 +12,10 @@ containers' poses, or ``lip``) with the labels ``taigym.agents.cmaes.LABELS`` (o
 p, v and flux rho in S's frame; the mean-trajectory prior's ratios alpha, beta, gamma).
 
 Layout: ``<dir>/meta.json`` (the generation options) and ``<dir>/problem_<i>.npz`` per problem
-(``obs``, ``labels``, ``reward``, ``initial_reward``, ``history``, ``ratios``, ``task`` JSON,
+(``obs``, ``labels``; ``reward``: R/N of the recorded replay, without the dribble term;
+``initial_reward``, ``planned_reward``: CMA-ES's objective at its initial mean and best, in the
+simplified env; ``history``,
+``ratios``, ``task`` JSON,
 ``details`` JSON), each written atomically (temporary file, then ``os.replace``). Generation is
 resumable: problems whose file exists are skipped; it is deterministic per problem.
 
@@ -98,12 +101,14 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
                                                  seed=i)
         _write_npz_atomic(out / f"problem_{i:05d}.npz", obs=obs, labels=labels,
                           reward=np.float64(reward), initial_reward=np.float64(res.initial_reward),
+                          planned_reward=np.float64(res.reward),
                           history=np.asarray(res.history), ratios=res.ratios,
                           task=np.str_(task.to_json()), details=np.str_(json.dumps(details)))
         if progress:
             el = time.perf_counter() - t0
             print(f"[{problems - len(todo) + n + 1}/{problems}] problem {i} ({task.liquid_velocity}): "
-                  f"R/N {res.initial_reward:.2f} -> {reward:.3f}, in T {details['in_target']:.3f}, "
+                  f"R/N {res.initial_reward:.2f} -> {res.reward:.3f} (simplified), {reward:.3f} replayed in "
+                  f"{label_fidelity}: in T {details['in_target']:.3f}, "
                   f"spilled {details['spilled']:.3f}, {len(obs)} states; {el:.0f} s, "
                   f"eta {el / (n + 1) * (len(todo) - n - 1):.0f} s", flush=True)
     env.close()
@@ -113,14 +118,14 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
 
 def load(path: str | Path, problems: int | None = None) -> dict:
     """The dataset's arrays: ``obs`` (N, D), ``labels`` (N, 8), ``problem`` (N,) index of each
-    state's problem, ``reward`` (P,), ``initial_reward`` (P,), ``meta``."""
+    state's problem, ``reward``, ``initial_reward``, ``planned_reward`` (P,) each, ``meta``."""
     path = Path(path)
     files = sorted(path.glob("problem_*.npz"))
     if problems is not None:
         files = files[:problems]
     if not files:
         raise FileNotFoundError(f"no problem_*.npz in {path}; generate with scripts/cmaes_dataset.py")
-    obs, labels, idx, rew, rew0 = [], [], [], [], []
+    obs, labels, idx, rew, rew0, planned = [], [], [], [], [], []
     for k, f in enumerate(files):
         with np.load(f) as z:
             obs.append(z["obs"])
@@ -128,6 +133,8 @@ def load(path: str | Path, problems: int | None = None) -> dict:
             idx.append(np.full(len(z["obs"]), k))
             rew.append(float(z["reward"]))
             rew0.append(float(z["initial_reward"]))
+            planned.append(float(z["planned_reward"]))
     meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").exists() else {}
     return {"obs": np.concatenate(obs), "labels": np.concatenate(labels), "problem": np.concatenate(idx),
-            "reward": np.array(rew), "initial_reward": np.array(rew0), "meta": meta}
+            "reward": np.array(rew), "initial_reward": np.array(rew0), "planned_reward": np.array(planned),
+            "meta": meta}
