@@ -133,7 +133,7 @@ def load(path: str | Path, problems: int | None = None) -> dict:
             idx.append(np.full(len(z["obs"]), k))
             rew.append(float(z["reward"]))
             rew0.append(float(z["initial_reward"]))
-            planned.append(float(z["planned_reward"]))
+            planned.append(float(z["planned_reward"]) if "planned_reward" in z else np.nan)
     meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").exists() else {}
     return {"obs": np.concatenate(obs), "labels": np.concatenate(labels), "problem": np.concatenate(idx),
             "reward": np.array(rew), "initial_reward": np.array(rew0), "planned_reward": np.array(planned),
