@@ -2,8 +2,9 @@
 
 ``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``
 (seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
-``sac`` (Stable-Baselines3), ``sfrrt`` (seed 002's planner, Transport-v0). Planned (DESIGN.md §2):
-``cmaes``, ``stance``, ``rh``.
+``sac`` (Stable-Baselines3), ``sfrrt`` (seed 002's planner, Transport-v0), ``cmaes`` (seed 001's
+CMA-ES pour search), ``rh`` (seed 001's receding-horizon planner; trained by
+``taigym.apps.train agent=rh``). Planned (DESIGN.md §2): ``stance``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ _REGISTRY = {
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
     "sfrrt": "taigym.agents.sfrrt:SFRRTAgent",
+    "cmaes": "taigym.agents.cmaes:CMAESAgent",
+    "rh": "taigym.agents.rh:RHAgent",
 }
-PLANNED = ("cmaes", "stance", "rh")
+PLANNED = ("stance",)
 
 
 def register(name: str, target: str) -> None:
