@@ -294,6 +294,12 @@ def _source_points(shape, per_edge: int = 2) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the agent
+#: the network ``make("rh", env)`` loads without a checkpoint: trained by
+#: ``python -m taigym.apps.train agent=rh env=pour_simplified agent.dataset=<the CMA-ES dataset of
+#: scripts/cmaes_dataset.py --problems 160 --labels particles> agent.problems=160`` (rectangular S)
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "models" / "data" / "rh_liquid_net.pt"
+
+
 class RHAgent(Agent):
     """Receding-horizon planner over the network's predictions (module docstring)."""
 
@@ -305,13 +311,12 @@ class RHAgent(Agent):
         if unknown:
             raise ValueError(f"unknown rh option(s): {', '.join(sorted(unknown))}; accepted: "
                              f"checkpoint, {', '.join(sorted(PLANNER_DEFAULTS))}")
+        if checkpoint is None and net is None:
+            checkpoint = SHIPPED_CHECKPOINT
         if checkpoint is not None:
             net, saved_meta, saved_cfg = _read(checkpoint)
             meta = {**saved_meta, **(meta or {})}
             cfg = {**saved_cfg, **cfg}
-        if net is None:
-            raise ValueError("the rh agent needs a trained network: make('rh', env, checkpoint=path) "
-                             "(train one with `python -m taigym.apps.train agent=rh`)")
         super().__init__(env, **{**PLANNER_DEFAULTS, **cfg})
         for k in ("prior_scale", "smooth_scale"):
             self.cfg[k] = tuple(float(v) for v in self.cfg[k])

@@ -1,8 +1,9 @@
 """The main job: a small benchmark of taigym's experts and learned agents on Pour-v0 eval tasks.
 
-    python -m taigym.apps.demo --out out/demo [--episodes 5] [--agents sqp scripted bc dagger random]
+    python -m taigym.apps.demo --out out/demo [--episodes 5] [--agents sqp scripted rh bc dagger random]
 
-The learned agents (``bc``, ``dagger``) are trained first, on the simplified Pour-v0 from the
+``rh`` (seed 001) runs with the liquid network shipped with taigym. The learned agents
+(``bc``, ``dagger``) are trained first, on the simplified Pour-v0 from the
 ``scripted`` expert (``TRAINING`` below: under a minute), in ``--out/train/<agent>``; a rerun
 reloads them (an interrupted training resumes). Then every agent runs on the first
 ``--episodes`` tasks of the fixed eval split in the particle env, and the job prints a Markdown
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/demo"))
     ap.add_argument("--episodes", type=int, default=5)
-    ap.add_argument("--agents", nargs="+", default=["sqp", "scripted", "bc", "dagger", "random"])
+    ap.add_argument("--agents", nargs="+", default=["sqp", "scripted", "rh", "bc", "dagger", "random"])
     ap.add_argument("--video-episodes", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
