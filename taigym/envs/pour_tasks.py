@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from ._checks import bounded_float
+
 DOMAIN = (0.8, 0.5)                 #: (width, height) of the pouring scene, m
 TARGET_BOUNDS = (0.12, 0.68, 0.03, 0.09)  #: box (x_lo, x_hi, y_lo, y_hi) of T's frame origin, m
 SOURCE_SHAPES = ("rect", "frustum", "cup", "oval")
@@ -58,16 +60,6 @@ SPLIT_SIZES = {"train": 1000, "eval": 100}
 MAX_OBSTACLES = 2                   #: static boxes per task (the env's world has this many slots)
 OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
 _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
-
-
-def _float(name: str, value: Any, lo: float, hi: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
-    return v
 
 
 def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
@@ -165,8 +157,8 @@ class PourTask:
             shape = getattr(self, f"{role}_container")
             if shape not in shapes:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
-            set_(f"{role}_width", _float(f"{role}_width", getattr(self, f"{role}_width"), 0.01, 0.4))
-            set_(f"{role}_height", _float(f"{role}_height", getattr(self, f"{role}_height"), 0.01, 0.4))
+            set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.01, 0.4))
+            set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.01, 0.4))
             set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
         set_("source_pose", _vector("source_pose", self.source_pose, 3))
         set_("source_velocity", _vector("source_velocity", self.source_velocity, 2))
@@ -189,7 +181,7 @@ class PourTask:
         if not (math.isfinite(fill) and 0.0 < fill <= 1.0):
             raise ValueError(f"fill must be in (0, 1], got {self.fill!r}")
         set_("fill", fill)
-        set_("viscosity", _float("viscosity", self.viscosity, 0.0, MAX_VISCOSITY))
+        set_("viscosity", bounded_float("viscosity", self.viscosity, 0.0, MAX_VISCOSITY))
         if self.liquid_velocity not in LIQUID_VELOCITIES:
             raise ValueError(f"liquid_velocity must be one of {LIQUID_VELOCITIES}, "
                              f"got {self.liquid_velocity!r}")

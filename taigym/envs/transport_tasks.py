@@ -28,6 +28,7 @@ import numpy as np
 
 from ..sim import container as make_container
 from ..sim.collide2d import collides, container_hull
+from ._checks import bounded_float
 
 ROOM = (1.2, 0.8)                   #: (width, height) of the room, m
 MAX_OBSTACLES = 6                   #: obstacle slots of the observation
@@ -38,16 +39,6 @@ _SPLIT_SEEDS = {"train": (20260402, 0), "eval": (20260402, 1)}
 MAX_TOP_RADIUS = 0.06              #: m, largest top radius the env's liquid grid holds
 MAX_HEIGHT = 0.14                   #: m, tallest container the env's liquid grid holds
 REACH_CELL = 0.01                   #: m, grid of the reachability check
-
-
-def _float(name: str, value: Any, lo: float, hi: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
-    return v
 
 
 def _pose(name: str, value: Any) -> tuple[float, float, float]:
@@ -76,9 +67,9 @@ class TransportTask:
 
     def __post_init__(self) -> None:
         set_ = functools.partial(object.__setattr__, self)
-        set_("top_radius", _float("top_radius", self.top_radius, 0.01, MAX_TOP_RADIUS))
-        set_("bottom_radius", _float("bottom_radius", self.bottom_radius, 0.005, self.top_radius))
-        set_("height", _float("height", self.height, 0.02, MAX_HEIGHT))
+        set_("top_radius", bounded_float("top_radius", self.top_radius, 0.01, MAX_TOP_RADIUS))
+        set_("bottom_radius", bounded_float("bottom_radius", self.bottom_radius, 0.005, self.top_radius))
+        set_("height", bounded_float("height", self.height, 0.02, MAX_HEIGHT))
         try:
             fill = float(self.fill)
         except (TypeError, ValueError):
