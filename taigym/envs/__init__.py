@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
-_AVAILABLE = ("pour",)
+_AVAILABLE = ("pour", "multicontact")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -19,6 +19,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
     if family not in _AVAILABLE:
         raise NotImplementedError(f"the {family!r} family has no tasks yet (available: {', '.join(_AVAILABLE)})")
+    if family == "multicontact":
+        from .multicontact_tasks import multicontact_tasks
+
+        return multicontact_tasks(split)
     from .pour_tasks import pour_tasks
 
     return pour_tasks(split)
@@ -28,6 +32,8 @@ def _register() -> None:
     if "taigym/Pour-v0" not in gym.registry:
         gym.register(id="taigym/Pour-v0", entry_point="taigym.envs.pour:PourEnv",
                      vector_entry_point="taigym.envs.pour_vector:PourVectorEnv")
+    if "taigym/MultiContact-v0" not in gym.registry:
+        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
 
 
 _register()
