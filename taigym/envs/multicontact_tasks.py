@@ -193,15 +193,15 @@ class MultiContactTask:
         out = []
         if f == "gap":
             w = self.size
-            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.1), FLOOR_FRICTION, feet))
-            out.append(Surface("far_floor", "plane", (0, 0, 0), (1, 0, 0), up, (s + w + 0.08, s + w + 1.5),
+            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))
+            out.append(Surface("far_floor", "plane", (0, 0, 0), (1, 0, 0), up, (s + w + 0.11, s + w + 1.5),
                                FLOOR_FRICTION, feet))
             out.append(Surface("wall", "plane", (0, WALL_Y, HAND_WALL_Z), (1, 0, 0), (0, -1, 0),
                                (s - 0.8, s + w + 0.8), FLOOR_FRICTION, left, lateral=False))
         elif f == "step":
             h = self.size
-            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.1), FLOOR_FRICTION, feet))
-            out.append(Surface("step", "plane", (0, 0, h), (1, 0, 0), up, (s + 0.1, s + 1.4), FLOOR_FRICTION, feet))
+            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))
+            out.append(Surface("step", "plane", (0, 0, h), (1, 0, 0), up, (s + 0.11, s + 1.4), FLOOR_FRICTION, feet))
             out.append(Surface("rail", "bar", (0, RAIL_Y, h + 0.7), (1, 0, 0), up, (s - 1.0, s + 1.5),
                                FLOOR_FRICTION, left, lateral=False))
         elif f == "slope":

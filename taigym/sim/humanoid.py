@@ -4,9 +4,11 @@ Robot: pybullet_data's ``mjcf/humanoid.xml`` (the MuJoCo humanoid: 40.8 kg, 1.4 
 straight legs, a free-floating torso and 21 revolute joints, spheres for hands and two capsules
 per foot). It is chosen over ``humanoid/humanoid.urdf`` (DeepMimic) because its joints are
 revolute with finite limits, so position targets, limits and Jacobians are plain per-joint
-numbers. Torque limits are the MJCF actuators' ``gear`` times the file's control range 0.4, the
-figures its Gym/roboschool versions run with: abdomen and hip x/z 80 N m, hip y 240, knee 160,
-ankles 40, shoulders 40, elbows 80.
+numbers. Torque limits are the MJCF actuators' ``gear`` (control 1): abdomen and hip x/z
+200 N m, hip y 600, knee 400, ankles 100, shoulders 100, elbows 200. The file's control range
+0.4 (what its Gym versions run with) gives 40 N m shoulders, too weak for a hand to carry a
+useful part of the 400 N body weight (a human shoulder gives 60-100 N m), so every multi-contact
+stance with a hand on a wall failed the torque limits.
 
 The file's feet are pairs of capsules; pybullet's MJCF importer places their collision shapes
 where they are hard to model (a resting foot touches the floor on a 7 cm patch), so the model is
@@ -42,8 +44,8 @@ JOINTS = ("abdomen_z", "abdomen_y", "abdomen_x",
 N_JOINTS = len(JOINTS)
 _GEAR = {"abdomen": 200, "hip_x": 200, "hip_z": 200, "hip_y": 600, "knee": 400, "ankle": 100,
          "shoulder": 100, "elbow": 200}
-#: N m: gear x control range 0.4 (module docstring)
-TORQUE_LIMITS = np.array([0.4 * next(g for k, g in _GEAR.items() if k in name) for name in JOINTS])
+#: N m: the actuators' gear (module docstring)
+TORQUE_LIMITS = np.array([1.0 * next(g for k, g in _GEAR.items() if k in name) for name in JOINTS])
 GRIP_FORCE = 600.0          #: N, the most a grasping hand's constraint transmits
 LIMBS = ("right_foot", "left_foot", "right_hand", "left_hand")
 FEET, HANDS = LIMBS[:2], LIMBS[2:]
@@ -65,11 +67,11 @@ TRUNK_LINKS = ("torso", "lwaist", "pelvis")
 ALLOWED_LINKS = ("right_foot", "left_foot", "right_lower_arm", "left_lower_arm", "right_shin",
                  "left_shin")
 STAND_HEIGHT = 1.285        #: m, base height with straight legs and soles on z = 0
-#: nominal standing posture (rad): knees slightly bent, arms down and forward
+#: nominal standing posture (rad): knees slightly bent, hands in front of the hips, elbows in
 STAND_POSTURE = dict(right_hip_y=-0.25, right_knee=-0.5, right_ankle_y=-0.25,
                      left_hip_y=-0.25, left_knee=-0.5, left_ankle_y=-0.25,
-                     right_shoulder1=0.3, right_shoulder2=-0.6, right_elbow=-0.6,
-                     left_shoulder1=-0.3, left_shoulder2=0.6, left_elbow=-0.6)
+                     right_shoulder1=0.7, right_shoulder2=-0.5, right_elbow=-1.04,
+                     left_shoulder1=-0.7, left_shoulder2=0.5, left_elbow=-1.04)
 
 
 def stand_posture() -> np.ndarray:
