@@ -9,8 +9,10 @@ family            scene (sampled ranges)
 ================  =============================================================================
 ``step``          a high step (0.30-0.45 m) starting 0.35-0.6 m ahead, a handrail (bar, r = 2 cm)
                   on the left (y = 0.35 m) 0.70 m above the step top; goal on the step
-``gap``           a gap 0.35-0.60 m wide in the floor starting 0.3-0.5 m ahead (the pit is
-                  1.5 m deep), a wall on the left (face at y = 0.42 m) for a hand; goal beyond it
+``gap``           a gap 0.30-0.50 m wide in the floor starting 0.3-0.5 m ahead (the pit is
+                  1.5 m deep) and a wall 0.45 m beyond it, facing the robot: too wide to step
+                  across on one foot, crossed leaning on the wall with a hand; goal between the
+                  gap and the wall
 ``slope``         a slope of 28-36 deg (friction 0.55, i.e. steeper than the friction cone of a
                   foot alone, 28.8 deg, in most tasks) starting 0.3-0.5 m ahead, with a handrail
                   0.85 m above it on the left; goal 0.8-1.2 m up the slope
@@ -44,13 +46,12 @@ FLOOR_FRICTION = 0.9
 SLOPE_FRICTION = 0.55
 BAR_RADIUS = 0.02
 RAIL_Y = 0.35               #: m, handrails on the robot's left
-WALL_Y = 0.42               #: m, face of the gap's wall
-HAND_WALL_Z = 1.05          #: m, height at which a hand touches the gap's wall
+WALL_GAP = 0.45             #: m from the gap's far edge to the face of the wall beyond it
 LADDER_RUNGS = 6
 GOAL_RUNG = 3               #: ladder goal: the feet on this rung (1 = lowest)
 RANGES = {
     "step": {"start": (0.35, 0.6), "height": (0.30, 0.45)},
-    "gap": {"start": (0.3, 0.5), "width": (0.35, 0.60)},
+    "gap": {"start": (0.3, 0.5), "width": (0.30, 0.50)},
     "slope": {"start": (0.3, 0.5), "angle": (math.radians(28), math.radians(36)), "goal": (0.8, 1.2)},
     "ladder": {"start": (0.35, 0.5), "angle": (math.radians(65), math.radians(75)), "spacing": (0.25, 0.30)},
 }
@@ -126,7 +127,7 @@ class MultiContactTask:
             boxes.append(((s - 1.5, 0.0, -0.25), (1.5, 1.5, 0.25), 0.0, FLOOR_FRICTION))
             boxes.append(((s + w + 1.5, 0.0, -0.25), (1.5, 1.5, 0.25), 0.0, FLOOR_FRICTION))
             boxes.append(((s + w / 2, 0.0, -1.6), (w / 2 + 0.1, 1.5, 0.1), 0.0, FLOOR_FRICTION))
-            boxes.append(((s + w / 2, WALL_Y + 0.05, 0.8), (w / 2 + 1.2, 0.05, 0.8), 0.0, FLOOR_FRICTION))
+            boxes.append(((s + w + WALL_GAP + 0.05, 0.0, 1.0), (0.05, 1.5, 1.0), 0.0, FLOOR_FRICTION))
         else:
             boxes.append(((1.0, 0.0, -0.25), (4.0, 1.5, 0.25), 0.0, FLOOR_FRICTION))
         if f == "step":
@@ -173,7 +174,7 @@ class MultiContactTask:
         if f == "step":
             return np.array([s + 0.55, 0.0, self.size])
         if f == "gap":
-            return np.array([s + self.size + 0.45, 0.0, 0.0])
+            return np.array([s + self.size + 0.22, 0.0, 0.0])
         if f == "slope":
             a = self.size
             return np.array([s + self.goal_distance * math.cos(a), 0.0, self.goal_distance * math.sin(a)])
@@ -194,10 +195,11 @@ class MultiContactTask:
         if f == "gap":
             w = self.size
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))
-            out.append(Surface("far_floor", "plane", (0, 0, 0), (1, 0, 0), up, (s + w + 0.11, s + w + 1.5),
+            out.append(Surface("far_floor", "plane", (0, 0, 0), (1, 0, 0), up, (s + w + 0.11, s + w + WALL_GAP - 0.13),
                                FLOOR_FRICTION, feet))
-            out.append(Surface("wall", "plane", (0, WALL_Y, HAND_WALL_Z), (1, 0, 0), (0, -1, 0),
-                               (s - 0.8, s + w + 0.8), FLOOR_FRICTION, left, lateral=False))
+            # u: the height of the hand on the wall
+            out.append(Surface("wall", "plane", (s + w + WALL_GAP, 0, 0), (0, 0, 1), (-1, 0, 0), (0.8, 1.4),
+                               FLOOR_FRICTION, hands))
         elif f == "step":
             h = self.size
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))

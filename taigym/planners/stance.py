@@ -49,7 +49,7 @@ from taigym.envs.multicontact_tasks import BAR_RADIUS, MultiContactTask, Surface
 from taigym.sim import humanoid as hum
 
 FOOT_Y = 0.10           #: m, lateral offset of a sole centre on a plane or rung
-HAND_RUNG_Y = 0.20      #: m, lateral offset of a hand on a rung
+HAND_RUNG_Y = 0.20      #: m, lateral offset of a hand on a rung or a wall
 GRASP_DIR = {"rail": (0.0, 0.0, 1.0), "rung": (-0.6, 0.0, 0.8)}   # hand centre from the bar's axis
 POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
 ROT_TOL = 0.02          #: rad, sole orientation residual
@@ -57,6 +57,10 @@ COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margin
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
 STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
 DEBUG = False
+W_CONTACT = 1e6        # IK weights: contacts (per m^2; soles' rotation at a tenth, per rad^2)
+TRUST = 0.08           # m, rad: SQP trust region per step
+W_COM = 1e4            # CoM on its target (per m^2)
+W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
 
@@ -142,7 +146,7 @@ class StanceModel:
             d /= np.linalg.norm(d)
             off = HAND_RUNG_Y * lateral if c.surface.startswith("rung") else 0.0
             return pt + off + (BAR_RADIUS + hum.HAND_RADIUS) * d, None
-        return pt + hum.HAND_RADIUS * n, None
+        return pt + HAND_RUNG_Y * lateral + hum.HAND_RADIUS * n, None
 
     def force_points(self, c: Contact) -> list[tuple[np.ndarray, str, np.ndarray, float]]:
         """(world point, kind "cone" | "grasp", normal, mu) for the contact at its target."""
@@ -174,9 +178,9 @@ class StanceModel:
         allowed = {self.robot.link_index[hum.LIMB_LINK[c.limb]] for c in touching}
         for bid in self.scene_ids:
             for cp in p.getClosestPoints(self.robot.body, bid, 0.0, physicsClientId=self.client):
-                if cp[8] < -COLLISION_TOL and cp[3] not in allowed:
-                    return True
-                if cp[8] < -2.5 * COLLISION_TOL:   # contact limbs may not sink into the scene either
+                if (cp[8] < -COLLISION_TOL and cp[3] not in allowed) or cp[8] < -2.5 * COLLISION_TOL:
+                    if DEBUG:     # contact limbs may not sink into the scene either
+                        print("collision", cp[3], cp[8], np.round(cp[5], 3))
                     return True
         return False
 
@@ -297,26 +301,54 @@ def _fail(reason: str):
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
              u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 60, lean: float = 0.4):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
-    ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None."""
-    rob = model.robot
-    mass = rob.total_mass
+    ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
+
+    The CoM target is a point where the support balances gravity (stage 1): first between the
+    point nearest the support's feet (hands carry part of the weight; the body stays over the
+    feet) and, for Adj+, the point nearest the middle of all touched contacts (the free one at
+    the far end of its range), i.e. leaning towards where the robot reaches (both are in the
+    convex equilibrium region, so is their blend). If the forces then fail (the CoM had to
+    leave its target to reach), a second pass aims at the balanced point nearest the CoM that
+    the first pass reached, moved 15 % back towards the feet."""
+    mass = model.robot.total_mass
     fixed = [c for c in touching if c is not free]
-    # The CoM goes where the support balances it: between the point nearest the support's
-    # centroid and, for Adj+, the point nearest the middle of all touched contacts (the free one
-    # at the far end of its range), i.e. leaning towards where the robot reaches; both are in
-    # the (convex) equilibrium region, so is their blend, with a margin.
-    centre = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in support], axis=0))
+    feet = [c for c in support if c.limb in hum.FEET] or list(support)
+    centre = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in feet], axis=0))
     if centre is None:
-        return _fail('com')
+        return _fail("com")
     com_xy = centre
     if free is not None:
         far = Contact(free.limb, free.surface, u_bounds[1] if goal_dir > 0 else u_bounds[0])
         reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
         if reach is not None:
             com_xy = centre + lean * (reach - centre)
-    base, quat, q = (np.array(v, float) for v in x0)
-    q_ref = hum.stand_posture()
+    x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
     u = float(np.clip(free.u, *u_bounds)) if free is not None else 0.0
+    for attempt in range(2):
+        res = _sqp(model, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters)
+        if isinstance(res, str):
+            return _fail(res)
+        x, u = res[:3], res[3]
+        new = Contact(free.limb, free.surface, u) if free is not None else None
+        touching_c = tuple(sorted(fixed + ([new] if new else [])))
+        support_c = tuple(sorted(new if (free is not None and c is free) else c for c in support))
+        out = contact_forces(model, support_c)
+        if out is not None:
+            points, tau, _ = out
+            return Step(touching_c, support_c, x[0], x[1], x[2], points, tau), new
+        reached = model.robot.com_and_jacobian()[0][:2]
+        nearest = com_target(model, support, mass, reached)
+        if nearest is None:
+            break
+        com_xy = nearest + 0.15 * (centre - nearest)
+    return _fail("forces or torques")
+
+
+def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters):
+    """Stage 2: the configuration SQP. Returns (base, quat, q, u) or the failure's name."""
+    rob = model.robot
+    base, quat, q = x
+    q_ref = hum.stand_posture()
     nv = 27 + (free is not None)
     for it in range(iters):
         model.set((base, quat, q))
@@ -333,25 +365,24 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
             J[:, :27] = Jl[0]
             e = tgt - cur
             if free is not None and c.limb == free.limb:
-                J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # d target / du moves with u
+                J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # the target moves with u
             err_max = max(err_max, np.abs(e).max())
-            w = 1e6
-            H += w * J.T @ J
-            g -= w * J.T @ e
+            H += W_CONTACT * J.T @ J
+            g -= W_CONTACT * J.T @ e
             if Rt is not None:
                 _, Rc = rob.limb_frame(c.limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 err_max = max(err_max, 0.1 * np.abs(er).max())
                 Jr = np.zeros((3, nv))
                 Jr[:, :27] = Ja
-                H += 1e5 * Jr.T @ Jr
-                g -= 1e5 * Jr.T @ er
+                H += 0.1 * W_CONTACT * Jr.T @ Jr
+                g -= 0.1 * W_CONTACT * Jr.T @ er
         com, Jc = rob.com_and_jacobian()
         Jc2 = np.zeros((2, nv))
         Jc2[:, :27] = Jc[:2]
         ec = com_xy - com[:2]
-        H += 1e2 * Jc2.T @ Jc2
-        g -= 1e2 * Jc2.T @ ec
+        H += W_COM * Jc2.T @ Jc2
+        g -= W_COM * Jc2.T @ ec
         # torso upright (rotation vector of the base from upright) and posture, weak
         eo = -Rotation.from_quat(quat).as_rotvec()
         H[3:6, 3:6] += 10.0 * np.eye(3)
@@ -359,20 +390,19 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         H[6:27, 6:27] += 1.0 * np.eye(21)
         g[6:27] -= 1.0 * (q_ref - q)
         if free is not None:
-            g[27] -= 30.0 * goal_dir      # progress of the new contact towards the goal
+            g[27] -= W_PROGRESS * goal_dir      # progress of the new contact towards the goal
         H += 1e-3 * np.eye(nv)
-        step = 0.15
-        lo = np.r_[np.full(6, -step), np.maximum(rob.lower - q, -step)]
-        hi = np.r_[np.full(6, step), np.minimum(rob.upper - q, step)]
+        lo = np.r_[np.full(6, -TRUST), np.maximum(rob.lower - q, -TRUST)]
+        hi = np.r_[np.full(6, TRUST), np.minimum(rob.upper - q, TRUST)]
         if free is not None:
-            lo = np.r_[lo, max(u_bounds[0] - u, -step)]
-            hi = np.r_[hi, min(u_bounds[1] - u, step)]
+            lo = np.r_[lo, max(u_bounds[0] - u, -TRUST)]
+            hi = np.r_[hi, min(u_bounds[1] - u, TRUST)]
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
         dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
         if dx is None:
-            return _fail('sqp subproblem')
+            return "sqp subproblem"
         base = base + dx[:3]
         quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
         q = np.clip(q + dx[6:27], rob.lower, rob.upper)
@@ -381,30 +411,23 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         if err_max < POS_TOL and np.abs(com_xy - com[:2]).max() < 5e-3 and np.abs(dx).max() < 2e-3:
             break
         if it >= 20 and err_max > 0.05:      # far from the contacts after 20 steps: unreachable
-            return _fail('unreachable')
+            return "unreachable"
     model.set((base, quat, q))
     contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
     for c in contacts:
         tgt, Rt = model.target(c)
         if np.abs(tgt - model.limb_ref(c.limb)).max() > POS_TOL * 2:
-            return _fail('position residual')
+            return "position residual"
         if Rt is not None:
             _, Rc = rob.limb_frame(c.limb)
             if np.abs(Rotation.from_matrix(Rt @ Rc.T).as_rotvec()).max() > ROT_TOL:
-                return _fail('sole orientation')
-    new = Contact(free.limb, free.surface, u) if free is not None else None
-    touching = tuple(sorted(contacts))
-    if model.collides(touching):
-        return _fail('collision')
-    support_c = tuple(sorted(new if (free is not None and c is free) else c for c in support))
-    out = contact_forces(model, support_c)
-    if out is None:
-        return _fail('forces or torques')
-    points, tau, _ = out
-    return Step(touching, support_c, base, quat, q, points, tau), new
+                return "sole orientation"
+    if model.collides(tuple(contacts)):
+        return "collision"
+    return base, quat, q, u
 
 
-def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.03):
+def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06):
     """Rows n^T J dx >= 0.005 - d for every robot point within ``margin`` of the scene, links of
     the contacting limbs excepted (they touch on purpose)."""
     rob = model.robot
@@ -429,11 +452,15 @@ def _feet_mid(model: StanceModel, stance) -> np.ndarray | None:
 
 
 def _heuristic(model: StanceModel, stance, goal: np.ndarray) -> float:
-    """Goal distance in step lengths: of the feet contacts' midpoint (each missing foot adds
-    half a step); contacts of hands are neutral."""
+    """Goal distance in step lengths: of the feet contacts (each missing foot adds half a
+    step), plus a third of that of the hands from a point 1 m above the goal (hands lead: on a
+    ladder or a rail they go up and ahead of the feet)."""
     feet = [model.target(c)[0] for c in stance if c.limb in hum.FEET]
     d = np.mean([np.linalg.norm(f - goal) for f in feet]) if feet else 10.0
-    return d / STEP_LENGTH + 0.5 * (2 - len(feet))
+    hands = [model.target(c)[0] for c in stance if c.limb in hum.HANDS]
+    lead = goal + np.array([0.0, 0.0, 1.0])
+    dh = np.mean([np.linalg.norm(h - lead) for h in hands]) if hands else 1.0
+    return (d + dh / 3.0) / STEP_LENGTH + 0.5 * (2 - len(feet))
 
 
 def start_state(model: StanceModel):

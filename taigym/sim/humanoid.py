@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pybullet as p
 import pybullet_data
+from scipy.spatial.transform import Rotation
 
 GRAVITY = 9.81
 ROBOT_FILE = "mjcf/humanoid.xml"
@@ -184,19 +185,20 @@ class Robot:
         Jl = np.zeros((len(points), 3, 6 + N_JOINTS))
         Ja = np.zeros((3, 6 + N_JOINTS))
         Jl[:, :, :3] = np.eye(3)
-        for k, x in enumerate(points):
-            r = x - base
-            Jl[k, :, 3:6] = -np.array([[0, -r[2], r[1]], [r[2], 0, -r[0]], [-r[1], r[0], 0]])
+        r = points - base
+        Jl[:, :, 3:6] = -_skew(r)            # omega x r = -[r]x omega
         Ja[:, 3:6] = np.eye(3)
-        for k in self._chain(link):
-            j = int(self.joints[k])
-            st = states[j] if states is not None else p.getLinkState(b, j, computeForwardKinematics=True,
-                                                                    physicsClientId=c)
-            R = np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
-            axis = R @ np.asarray(self._axes[k])
-            origin = np.asarray(st[4])
-            Jl[:, :, 6 + k] = np.cross(axis, points - origin)
-            Ja[:, 6 + k] = axis
+        chain = self._chain(link)
+        if chain:
+            idx = [int(self.joints[k]) for k in chain]
+            sts = [states[j] for j in idx] if states is not None else p.getLinkStates(
+                b, idx, computeForwardKinematics=True, physicsClientId=c)
+            axes = Rotation.from_quat([st[5] for st in sts]).apply(np.asarray(self._axes)[chain])
+            origins = np.array([st[4] for st in sts])
+            # (k points, n joints, 3)
+            cols = _cross(axes[None, :, :], points[:, None, :] - origins[None, :, :])
+            Jl[:, :, 6 + np.array(chain)] = cols.transpose(0, 2, 1)
+            Ja[:, 6 + np.array(chain)] = axes.T
         return Jl, Ja
 
     @property
@@ -211,20 +213,19 @@ class Robot:
     def com_and_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
         """Centre of mass (3,) and its Jacobian (3, 27); mass-weighted link COM Jacobians."""
         pos, _, states = self._links()
-        coms = [np.asarray(pos)] + [np.asarray(s[0]) for s in states]
-        com = np.einsum("i,ij->j", self.masses, np.array(coms)) / self.total_mass
+        coms = np.array([pos] + [s[0] for s in states])
+        mc = self.masses[:, None] * coms
+        com = mc.sum(axis=0) / self.total_mass
         J = np.zeros((3, 6 + N_JOINTS))
         J[:, :3] = np.eye(3)
-        r = com - np.asarray(pos)
-        J[:, 3:6] = -np.array([[0, -r[2], r[1]], [r[2], 0, -r[0]], [-r[1], r[0], 0]])
-        # joint columns: a_j x (sum over descendants m_l (x_l - o_j)) / M
-        for k, j in enumerate(self.joints):
-            st = states[int(j)]
-            R = np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
-            axis, origin = R @ self._axes[k], np.asarray(st[4])
-            desc = self._descendants[k]
-            mx = sum(self.masses[l + 1] * (np.asarray(states[l][0]) - origin) for l in desc)
-            J[:, 6 + k] = np.cross(axis, mx) / self.total_mass
+        J[:, 3:6] = -_skew((com - np.asarray(pos))[None])[0]
+        # joint columns: a_j x (sum over descendants m_l (x_l - o_j)) / M, all joints at once
+        idx = self.joints.astype(int)
+        quats = np.array([states[j][5] for j in idx])
+        origins = np.array([states[j][4] for j in idx])
+        axes = Rotation.from_quat(quats).apply(np.asarray(self._axes))
+        mx = np.array([mc[d].sum(axis=0) for d in self._descendants]) - self._desc_mass[:, None] * origins
+        J[:, 6:] = _cross(axes, mx).T / self.total_mass
         return com, J
 
     @property
@@ -239,8 +240,9 @@ class Robot:
                     while a >= 0 and a != j:
                         a = int(self.parent[a])
                     if a == j:
-                        out.append(l)
-                self._desc_cache.append(out)
+                        out.append(l + 1)      # row in the (base + links) arrays
+                self._desc_cache.append(np.array(out, dtype=int))
+            self._desc_mass = np.array([self.masses[d].sum() for d in self._desc_cache])
         return self._desc_cache
 
     def gravity_forces(self) -> np.ndarray:
@@ -300,6 +302,24 @@ def _calibrate_soles(robot: Robot) -> None:
         z = (R.T @ (np.asarray(cp[5]) - o))[2]
         LIMB_POINTS[foot] = tuple((float(x), float(y), float(z)) for x in (lo_x, hi_x) for y in (lo_y, hi_y))
     p.removeBody(probe, physicsClientId=c)
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross product over the last axis (np.cross is slow for small arrays)."""
+    a, b = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float))
+    return np.stack([a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1], a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+                     a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]], axis=-1)
+
+
+def _skew(r: np.ndarray) -> np.ndarray:
+    """(k, 3, 3) matrices [r]x such that [r]x v = r x v."""
+    z = np.zeros(len(r))
+    return np.stack([np.stack([z, -r[:, 2], r[:, 1]], -1), np.stack([r[:, 2], z, -r[:, 0]], -1),
+                     np.stack([-r[:, 1], r[:, 0], z], -1)], axis=1)
+
+
+def _rotate(quat, v) -> np.ndarray:
+    return np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3) @ np.asarray(v)
 
 
 # ---------------------------------------------------------------------- scenes
