@@ -2,7 +2,8 @@
 
 ``make(name, env, **cfg)`` builds an agent by name. Available now: ``random``, ``scripted``, ``sqp``
 (seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
-``sac`` (Stable-Baselines3). Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``stance``, ``rh``.
+``sac`` (Stable-Baselines3), ``stance`` (seed 003's multi-contact planner + QP controller, for
+``taigym/MultiContact-v0``). Planned (DESIGN.md §2): ``sfrrt``, ``cmaes``, ``rh``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ _REGISTRY = {
     "dagger": "taigym.agents.dagger:DAggerAgent",
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
+    "stance": "taigym.agents.stance:StanceAgent",
 }
-PLANNED = ("sfrrt", "cmaes", "stance", "rh")
+PLANNED = ("sfrrt", "cmaes", "rh")
 
 
 def register(name: str, target: str) -> None:

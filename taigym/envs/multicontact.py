@@ -62,10 +62,11 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=40.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
-effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0)``: ``family`` fixes
+effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=0.05)``: ``family`` fixes
 the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a fixed split;
 ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
-0.05 s (12 physics steps of 1/240 s).
+``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
+the progress, alive and effort terms are per control step.
 """
 
 from __future__ import annotations
@@ -84,7 +85,6 @@ from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multico
 
 CONTROL_DT = 0.05
 PHYSICS_DT = 1.0 / 240.0
-SUBSTEPS = round(CONTROL_DT / PHYSICS_DT)
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
 FALL_HEIGHT = 0.45              # m, torso above the ground below it
@@ -109,7 +109,7 @@ class MultiContactEnv(gym.Env):
                  horizon: float = 40.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
-                 kd: float = 1.0):
+                 kd: float = 1.0, control_dt: float = CONTROL_DT):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
         if task_split is not None and task_split not in SPLIT_SIZES:
@@ -134,6 +134,11 @@ class MultiContactEnv(gym.Env):
         self.success_bonus = _number("success_bonus", success_bonus, 0.0, 1e3)
         self.kp = _number("kp", kp, 0.0, 1.0)
         self.kd = _number("kd", kd, 0.0, 10.0)
+        dt = _number("control_dt", control_dt, PHYSICS_DT, 0.1)
+        self.substeps = round(dt / PHYSICS_DT)
+        if abs(self.substeps * PHYSICS_DT - dt) > 1e-9:
+            raise ValueError(f"control_dt must be a multiple of 1/240 s in [1/240, 0.1], got {control_dt!r}")
+        self.control_dt = self.substeps * PHYSICS_DT
         self.action_space = spaces.Box(-1.0, 1.0, (hum.N_JOINTS + 2,), np.float32)
         lo = np.concatenate([np.full(21, -np.pi), np.full(21, -30.0), np.full(3, -5.0), np.full(4, -1.0),
                              np.full(3, -10.0), np.full(3, -20.0), np.zeros(6), np.full(3, -5.0)])
@@ -198,18 +203,18 @@ class MultiContactEnv(gym.Env):
             p.setJointMotorControlArray(rob.body, joints, p.POSITION_CONTROL, targetPositions=list(target),
                                         forces=list(hum.TORQUE_LIMITS), positionGains=[self.kp] * 21,
                                         velocityGains=[self.kd] * 21, physicsClientId=c)
-        else:
-            p.setJointMotorControlArray(rob.body, joints, p.TORQUE_CONTROL,
-                                        forces=list(a[:21] * hum.TORQUE_LIMITS), physicsClientId=c)
         for hand, cmd in zip(hum.HANDS, a[21:]):
             self._grip(hand, cmd > 0.0)
         torque = np.zeros(hum.N_JOINTS)
-        for _ in range(SUBSTEPS):
+        for _ in range(self.substeps):
+            if self.control == "torque":   # pybullet applies a torque command for one physics step
+                p.setJointMotorControlArray(rob.body, joints, p.TORQUE_CONTROL,
+                                            forces=list(a[:21] * hum.TORQUE_LIMITS), physicsClientId=c)
             p.stepSimulation(physicsClientId=c)
             js = p.getJointStates(rob.body, joints, physicsClientId=c)
             torque += np.array([s[3] for s in js]) if self.control == "pd" else a[:21] * hum.TORQUE_LIMITS
-        self._torque = torque / SUBSTEPS
-        self.time += CONTROL_DT
+        self._torque = torque / self.substeps
+        self.time += self.control_dt
         state = rob.get_state()
         unstable = not all(np.all(np.isfinite(s)) for s in state) or np.abs(state[0]).max() > 50
         touching = self._touching_links()
