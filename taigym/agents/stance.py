@@ -41,9 +41,11 @@ LIFT = 0.07            # m, swing path clearance along the target surface's norm
 SHIFT_TOL = 0.02       # m, CoM error that ends a shift
 REACH_TOL = 0.02       # m, limb error that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this if the limb already touches the scene (a forearm on a rail)
-PHASE_TIMEOUT = 3.0    # s
+PHASE_TIMEOUT = 5.0    # s
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
+COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
+JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 
 
 def _kd(kp: float) -> float:
@@ -96,7 +98,7 @@ class StanceAgent(Agent):
             else:                                      # Adj+: swing the limb onto the new contact
                 new = sorted(sb - sa)[0]
                 surf = self.model.surfaces[new.surface]
-                tgt, _ = self.model.target(new)
+                tgt, rot = self.model.target(new)
                 normal = np.asarray(surf.normal, float)
                 grip = new.limb in hum.HANDS and surf.kind == "bar"
                 if grip:
@@ -104,7 +106,7 @@ class StanceAgent(Agent):
                     normal[1] = 0.0
                     normal /= np.linalg.norm(normal)
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
-                                com=com, q=b.q, quat=b.base_quat, grip=grip))
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
                         q=steps[-1].q, quat=steps[-1].base_quat))
         return out
@@ -124,9 +126,7 @@ class StanceAgent(Agent):
         com, Jc = rob.com_and_jacobian()
         done = self.t_phase >= PHASE_TIMEOUT
         limb_task = None
-        if ph["kind"] == "shift":
-            done |= np.linalg.norm(com[:2] - ph["com"][:2]) < SHIFT_TOL
-        elif ph["kind"] == "release":
+        if ph["kind"] == "release":
             for limb in ph["limbs"]:
                 if limb in hum.HANDS:
                     self.grip[limb] = False
@@ -134,20 +134,40 @@ class StanceAgent(Agent):
         elif ph["kind"] == "swing":
             x = self.model.limb_ref(ph["limb"])
             err = np.linalg.norm(ph["target"] - x)
-            # lifted path: rise off the old place, travel above the target, come down
-            above = ph["target"] + LIFT * ph["normal"]
-            way = above if np.linalg.norm(above - x) > 0.03 and err > LIFT * 0.8 else ph["target"]
+            # lifted path: rise off the old place to above the target's height, travel above
+            # the target, come down onto it
             if self.t_phase == 0.0:
-                ph["lift"] = x + LIFT * np.array([0.0, 0.0, 1.0])   # straight up off the old place
-            if self.t_phase < 0.5:
-                way = ph["lift"]
-            limb_task = (ph["limb"], way)
+                above = ph["target"] + LIFT * ph["normal"]
+                rise = x + 0.3 * (above - x)     # an arc: up to the target's height early on
+                rise[2] = max(x[2], above[2]) + 0.03
+                ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, ph["target"]]
+                ph["t_way"] = 0.0
+            ph["t_way"] += self.env.unwrapped.control_dt
+            # next waypoint when this one is reached or after 1.5 s (it may be out of reach)
+            while len(ph["path"]) > 1 and (np.linalg.norm(ph["path"][0] - x) < 0.03 or ph["t_way"] > 1.5):
+                ph["path"].pop(0)
+                ph["t_way"] = 0.0
+            way = ph["path"][0]
+            limb_task = (ph["limb"], way, ph.get("rot"))
             touching = obs[55 + hum.LIMBS.index(ph["limb"])] > 0.5
             if err < REACH_TOL or (touching and err < REACH_TOUCH_TOL and self.t_phase > 0.5):
                 if ph["grip"]:
                     self.grip[ph["limb"]] = True
                 done = True
-        qdd = self._qp(ph, com, Jc, nu, limb_task, quat)
+        if self.t_phase == 0.0:      # references move smoothly from where the phase starts
+            ph["com0"], ph["q0"], ph["quat0"] = com.copy(), q.copy(), quat.copy()
+            ph["T"] = max(1.0, np.linalg.norm(ph["com"][:2] - com[:2]) / COM_SPEED,
+                          np.abs(ph["q"] - q).max() / JOINT_SPEED)
+        s_ = min(1.0, self.t_phase / ph["T"])
+        s_ = s_ * s_ * (3.0 - 2.0 * s_)
+        ref = dict(com=ph["com0"] + s_ * (ph["com"] - ph["com0"]), q=ph["q0"] + s_ * (ph["q"] - ph["q0"]),
+                   quat=(Rotation.from_quat(ph["quat0"]) * Rotation.from_rotvec(s_ * (
+                       Rotation.from_quat(ph["quat0"]).inv() * Rotation.from_quat(ph["quat"])).as_rotvec())).as_quat(),
+                   support=ph["support"])
+        if ph["kind"] == "shift":
+            done = (self.t_phase >= ph["T"] and np.linalg.norm(com[:2] - ph["com"][:2]) < SHIFT_TOL) or \
+                self.t_phase >= ph["T"] + PHASE_TIMEOUT
+        qdd = self._qp(ref, com, Jc, nu, limb_task, quat)
         self.t_phase += self.env.unwrapped.control_dt
         if done and self.k < len(self.phases) - 1:
             self.k, self.t_phase = self.k + 1, 0.0
@@ -215,12 +235,16 @@ class StanceAgent(Agent):
         a_com = KP_COM * (ph["com"] - com) - _kd(KP_COM) * vcom
         task(Jc[:2], a_com[:2], 100.0)
         if limb_task is not None:
-            limb, way = limb_task
+            limb, way, rot = limb_task
             link = rob.link_index[hum.LIMB_LINK[limb]]
             x = model.limb_ref(limb)
-            Jl, _ = rob.jacobians(link, x[None])
+            Jl, Ja = rob.jacobians(link, x[None])
             a = KP_LIMB * (way - x) - _kd(KP_LIMB) * (Jl[0] @ nu)
             task(Jl[0], a, 100.0)
+            if rot is not None:      # a sole lands flat on its surface
+                er = Rotation.from_matrix(rot @ rob.limb_frame(limb)[1].T).as_rotvec()
+                task(Ja, KP_ORI * er - _kd(KP_ORI) * (Ja @ nu), 10.0)
+            self._dbg = (Jl[0], a)
         a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
         Jp = np.zeros((21, n))
         Jp[:, 6:] = np.eye(21)
@@ -260,6 +284,7 @@ class StanceAgent(Agent):
             self._tau = np.zeros(21)
             return None
         self._tau = res.x[n + m:]
+        self._last = res.x[:n]
         return res.x[:n]
 
     @staticmethod

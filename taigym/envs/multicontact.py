@@ -47,8 +47,9 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 * Termination: success (both feet touch the scene and the soles' midpoint is within
   ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder) or a fall (the torso, waist or
-  pelvis touches the scene, the torso is less than 0.45 m above the ground below it, or it
-  tilts more than 78 deg from upright).
+  pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
+  of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
+  upright).
 * Truncation: at ``horizon`` (default 40 s = 800 steps) or on a blow-up (NaN state,
   ``info["sim_unstable"]``).
 
@@ -282,7 +283,9 @@ class MultiContactEnv(gym.Env):
         pos, quat = self.robot.get_state()[:2]
         if touching & set(hum.TRUNK_LINKS):
             return True
-        if pos[2] - self.task.ground_height(pos[0]) < FALL_HEIGHT and self.task.family != "gap":
+        # the ground below: the lowest within 0.3 m (mid-way up a step the torso is low over it)
+        ground = min(self.task.ground_height(pos[0] + d) for d in (-0.3, 0.0, 0.3))
+        if pos[2] - ground < FALL_HEIGHT and self.task.family != "gap":
             return True
         if self.task.family == "gap" and pos[2] < FALL_HEIGHT:
             return True

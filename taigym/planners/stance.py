@@ -60,6 +60,8 @@ DEBUG = False
 W_CONTACT = 1e6        # IK weights: contacts (per m^2; soles' rotation at a tenth, per rad^2)
 TRUST = 0.08           # m, rad: SQP trust region per step
 W_COM = 1e4            # CoM on its target (per m^2)
+W_UPRIGHT = 1e2        # torso upright (per rad^2)
+MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -383,10 +385,10 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         ec = com_xy - com[:2]
         H += W_COM * Jc2.T @ Jc2
         g -= W_COM * Jc2.T @ ec
-        # torso upright (rotation vector of the base from upright) and posture, weak
+        # torso upright (rotation vector of the base from upright) and posture (weak)
         eo = -Rotation.from_quat(quat).as_rotvec()
-        H[3:6, 3:6] += 10.0 * np.eye(3)
-        g[3:6] -= 10.0 * eo
+        H[3:6, 3:6] += W_UPRIGHT * np.eye(3)
+        g[3:6] -= W_UPRIGHT * eo
         H[6:27, 6:27] += 1.0 * np.eye(21)
         g[6:27] -= 1.0 * (q_ref - q)
         if free is not None:
@@ -422,6 +424,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             _, Rc = rob.limb_frame(c.limb)
             if np.abs(Rotation.from_matrix(Rt @ Rc.T).as_rotvec()).max() > ROT_TOL:
                 return "sole orientation"
+    if Rotation.from_quat(quat).as_matrix()[2, 2] < math.cos(MAX_TILT):
+        return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
     return base, quat, q, u

@@ -13,7 +13,10 @@ stance with a hand on a wall failed the torque limits.
 The file's feet are pairs of capsules; pybullet's MJCF importer places their collision shapes
 where they are hard to model (a resting foot touches the floor on a 7 cm patch), so the model is
 loaded from a copy of pybullet_data's file (written to a temporary directory) whose feet are
-boxes (22 x 9 x 5 cm soles) instead; nothing else changes.
+boxes (22 x 9 x 5 cm soles) instead, and whose joint axes are normalised: the file has axes
+such as (2, 1, 1), which pybullet's forward kinematics and mass matrix normalise but its
+simulation does not (a torque then accelerated a shoulder 6 = |(2, 1, 1)|^2 times less than the
+mass matrix predicts). Nothing else changes.
 
 Contact links (seed 003's "robot link surface"): each foot's sole, given by its four corners
 (measured on the loaded model, in the link frame, by probing its collision shape), and each
@@ -115,7 +118,7 @@ class Robot:
         for j in range(-1, n):   # MJCF joints come with damping 1 and default velocity motors: off
             p.changeDynamics(body, j, linearDamping=0.0, angularDamping=0.0, physicsClientId=client)
         for j in range(n):
-            p.changeDynamics(body, j, jointDamping=0.5, physicsClientId=client)
+            p.changeDynamics(body, j, jointDamping=0.0, physicsClientId=client)
         p.setJointMotorControlArray(body, list(range(n)), p.VELOCITY_CONTROL, forces=[0.0] * n,
                                     physicsClientId=client)
         robot = cls(client, body, joints, lower, upper, link_index, parent, masses, float(masses.sum()))
@@ -265,6 +268,11 @@ def _model_file() -> str:
             text = text.replace(caps[0], "\n" + _SOLE_BOX.format(side=side, y=y, hx=SOLE_HALF[0], hy=SOLE_HALF[1],
                                                                 hz=SOLE_HALF[2]))
             text = text.replace(caps[1], "")
+        def unit(m):
+            a = np.array([float(v) for v in m.group(1).split()])
+            return "axis='" + " ".join(f"{v:.9f}" for v in a / np.linalg.norm(a)) + "'"
+
+        text = re.sub(r"axis='([^']*)'", unit, text)
         fd, path = tempfile.mkstemp(prefix="taigym_humanoid_", suffix=".xml")
         with os.fdopen(fd, "w") as f:
             f.write(text)
