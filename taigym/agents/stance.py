@@ -44,6 +44,8 @@ REACH_TOUCH_TOL = 0.05  # m, or this if the limb already touches the scene (a fo
 PHASE_TIMEOUT = 5.0    # s
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
+MU_MARGIN = 1.0        # fraction of the friction cones the controller may use
+W_COM, W_LIMB, W_POSTURE = 100.0, 100.0, 1.0   # task weights (torso orientation 10)
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 
@@ -216,7 +218,7 @@ class StanceAgent(Agent):
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
             kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
-            K = st._cone_generators(normal, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
             for J in Jl:
                 Jrows.append(J)
                 gens.append((J, K, kind))
@@ -233,14 +235,14 @@ class StanceAgent(Agent):
 
         vcom = Jc @ nu
         a_com = KP_COM * (ph["com"] - com) - _kd(KP_COM) * vcom
-        task(Jc[:2], a_com[:2], 100.0)
+        task(Jc[:2], a_com[:2], W_COM)
         if limb_task is not None:
             limb, way, rot = limb_task
             link = rob.link_index[hum.LIMB_LINK[limb]]
             x = model.limb_ref(limb)
             Jl, Ja = rob.jacobians(link, x[None])
             a = KP_LIMB * (way - x) - _kd(KP_LIMB) * (Jl[0] @ nu)
-            task(Jl[0], a, 100.0)
+            task(Jl[0], a, W_LIMB)
             if rot is not None:      # a sole lands flat on its surface
                 er = Rotation.from_matrix(rot @ rob.limb_frame(limb)[1].T).as_rotvec()
                 task(Ja, KP_ORI * er - _kd(KP_ORI) * (Ja @ nu), 10.0)
@@ -248,7 +250,7 @@ class StanceAgent(Agent):
         a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
         Jp = np.zeros((21, n))
         Jp[:, 6:] = np.eye(21)
-        task(Jp, a_post, 1.0)
+        task(Jp, a_post, W_POSTURE)
         e_ori = (Rotation.from_quat(ph["quat"]) * Rotation.from_quat(quat).inv()).as_rotvec()
         Jo = np.zeros((3, n))
         Jo[:, 3:6] = np.eye(3)
