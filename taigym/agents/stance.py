@@ -200,7 +200,7 @@ class StanceAgent(Agent):
         T[0:3, 3:6] = R.T
         T[3:6, 0:3] = R.T
         T[6:, 6:] = np.eye(21)
-        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, nu[6:] * 0 + self._q(rob))),
+        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, self._q(rob))),
                                             physicsClientId=model.client))
         M = T.T @ Mp @ T
         G = rob.gravity_forces()
@@ -246,7 +246,6 @@ class StanceAgent(Agent):
             if rot is not None:      # a sole lands flat on its surface
                 er = Rotation.from_matrix(rot @ rob.limb_frame(limb)[1].T).as_rotvec()
                 task(Ja, KP_ORI * er - _kd(KP_ORI) * (Ja @ nu), 10.0)
-            self._dbg = (Jl[0], a)
         a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
         Jp = np.zeros((21, n))
         Jp[:, 6:] = np.eye(21)
@@ -281,12 +280,11 @@ class StanceAgent(Agent):
         res = solver.solve(raise_error=False)
         self.qp_status = res.info.status
         if res.info.status not in ("solved", "solved inaccurate"):
-            # contacts over-constrain the swing: retry without torque limits' coupling is not
-            # physical; fall back to the posture target
+            # no acceleration meets the contacts within the torque limits: the caller falls
+            # back to the posture target (PD) or zero torque
             self._tau = np.zeros(21)
             return None
         self._tau = res.x[n + m:]
-        self._last = res.x[:n]
         return res.x[:n]
 
     @staticmethod
