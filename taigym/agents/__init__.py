@@ -4,7 +4,8 @@
 (seed 000's planner), ``bc``, ``dagger`` (torch MLPs; trained by ``taigym.apps.train``), ``ppo``,
 ``sac`` (Stable-Baselines3), ``sfrrt`` (seed 002's planner, Transport-v0), ``cmaes`` (seed 001's
 CMA-ES pour search), ``rh`` (seed 001's receding-horizon planner; trained by
-``taigym.apps.train agent=rh``). Planned (DESIGN.md §2): ``stance``.
+``taigym.apps.train agent=rh``), ``stance`` (seed 003's multi-contact planner + QP controller, for
+``taigym/MultiContact-v0``).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ _REGISTRY = {
     "sfrrt": "taigym.agents.sfrrt:SFRRTAgent",
     "cmaes": "taigym.agents.cmaes:CMAESAgent",
     "rh": "taigym.agents.rh:RHAgent",
+    "stance": "taigym.agents.stance:StanceAgent",
 }
-PLANNED = ("stance",)
 
 
 def register(name: str, target: str) -> None:
@@ -40,8 +41,6 @@ def available() -> tuple[str, ...]:
 def make(name: str, env, **cfg) -> Agent:
     """Build the agent ``name`` for ``env`` with configuration ``cfg``."""
     if name not in _REGISTRY:
-        if name in PLANNED:
-            raise ValueError(f"agent {name!r} is not implemented yet; available: {', '.join(available())}")
         raise ValueError(f"unknown agent {name!r}; available: {', '.join(available())}")
     module, cls = _REGISTRY[name].split(":")
     return getattr(importlib.import_module(module), cls)(env, **cfg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
-_AVAILABLE = ("pour", "transport")
+_AVAILABLE = ("pour", "transport", "multicontact")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -23,6 +23,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         from .transport_tasks import transport_tasks
 
         return transport_tasks(split)
+    if family == "multicontact":
+        from .multicontact_tasks import multicontact_tasks
+
+        return multicontact_tasks(split)
     from .pour_tasks import pour_tasks
 
     return pour_tasks(split)
@@ -34,6 +38,8 @@ def _register() -> None:
                      vector_entry_point="taigym.envs.pour_vector:PourVectorEnv")
     if "taigym/Transport-v0" not in gym.registry:
         gym.register(id="taigym/Transport-v0", entry_point="taigym.envs.transport:TransportEnv")
+    if "taigym/MultiContact-v0" not in gym.registry:
+        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
 
 
 _register()

@@ -1,0 +1,79 @@
+"""Seed 003's expert (``taigym.agents.make("stance", env)``: stance planner + FSM + QP controller)
+on ``taigym/MultiContact-v0`` eval tasks: per-family success (goal reached without a fall) and
+planning time, and a video of the first successful climb.
+
+    python scripts/stance_expert.py [--per-family N] [--video out.mp4]
+
+The env runs with torque control at a 1/60 s control step (the QP controller's torques; the
+default PD mode is not what these figures measure). Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import gymnasium as gym
+import imageio
+import numpy as np
+
+import taigym
+from taigym.envs.multicontact_tasks import FAMILIES
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-family", type=int, default=25, help="eval tasks per family (25 = all 100)")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="planning budget per task, s")
+    ap.add_argument("--video", default="stance_climb.mp4", help="where to write the climb video")
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    args = ap.parse_args()
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1.0 / 60.0, render_mode="rgb_array",
+                   render_size=(240, 320))
+    agent = taigym.agents.make("stance", env, time_limit=args.time_limit)
+    tasks = taigym.envs.tasks("multicontact", "eval")
+    rows, video_written = [], False
+    for fam in args.families.split(","):
+        for i, task in enumerate([t for t in tasks if t.family == fam][:args.per_family]):
+            t0 = time.perf_counter()
+            obs, info = env.reset(seed=i, options={"task": task})
+            agent.reset(seed=i)
+            plan_s = time.perf_counter() - t0
+            frames = [env.render()] if not video_written else None
+            done, steps = False, 0
+            while not done:
+                obs, _, term, trunc, info = env.step(agent.act(obs, info))
+                done, steps = term or trunc, steps + 1
+                if frames is not None and steps % 6 == 0:
+                    frames.append(env.render())
+            if frames is not None and info["success"]:
+                tmp = args.video + ".tmp.mp4"
+                imageio.mimwrite(tmp, frames, fps=10)
+                os.replace(tmp, args.video)
+                video_written = True
+            rows.append(dict(family=fam, index=i, plan=agent.plan.status, plan_seconds=plan_s,
+                             success=bool(info["success"]), fell=bool(info["fell"]), sim_seconds=info["time"],
+                             wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"]))
+            r = rows[-1]
+            print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  success={r['success']} fell={r['fell']} "
+                  f"t={r['sim_seconds']:5.1f} s  goal distance {r['goal_distance']:.2f} m", flush=True)
+    print("\n| family | tasks | planned | success | mean planning time, s |")
+    print("|---|---|---|---|---|")
+    summary = {}
+    for fam in args.families.split(","):
+        rs = [r for r in rows if r["family"] == fam]
+        summary[fam] = {"tasks": len(rs), "planned": sum(r["plan"] == "solved" for r in rs),
+                        "success": sum(r["success"] for r in rs),
+                        "mean_plan_seconds": float(np.mean([r["plan_seconds"] for r in rs])) if rs else 0.0}
+        s = summary[fam]
+        print(f"| {fam} | {s['tasks']} | {s['planned']} | {s['success']} | {s['mean_plan_seconds']:.1f} |")
+    n = len(rows)
+    print(json.dumps({"tasks": n, "success_rate": sum(r["success"] for r in rows) / max(n, 1),
+                      "planned_rate": sum(r["plan"] == "solved" for r in rows) / max(n, 1),
+                      "video": args.video if video_written else None, "per_family": summary}))
+
+
+if __name__ == "__main__":
+    main()

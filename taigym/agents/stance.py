@@ -1,0 +1,293 @@
+"""``stance``: seed 003's expert for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
+
+On ``reset`` the agent plans a stance sequence for ``env.unwrapped.task`` with
+:func:`taigym.planners.stance.plan`, then executes it with the paper's motion synthesis: a
+finite state machine walks the sequence and, at every control step, feeds a QP controller with
+its objectives:
+
+* Adj- (a contact is released): ``shift`` the centre of mass to that of the next stance's
+  configuration while every contact is held, then release it (and open the hand's grip).
+* Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
+  across, down) to its contact target while the others hold, then close the grip on a bar.
+
+The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
+joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
++ w_p ||qdd_joints - a_posture||^2 + w_o ||omega_dot - a_orient||^2 (+ small lambda, tau)
+s.t. the dynamics M qdd = G + S^T tau + J_c^T K lambda (M from pybullet, velocity-product terms
+neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0 (pyramidal
+friction cones; grasps bounded by the grip force), |tau| <= tau_max. The a_* are PD laws
+towards the FSM's targets. As on position-controlled humanoids, the accelerations are
+integrated over the control step into the joint position targets of the env's PD servos
+(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead.
+
+Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
+``agent.plan`` holds the last plan (``status``, stances, configurations).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import osqp
+import pybullet as p
+from scipy import sparse
+from scipy.spatial.transform import Rotation
+
+from taigym.planners import stance as st
+from taigym.sim import humanoid as hum
+
+from .base import Agent
+
+LIFT = 0.07            # m, swing path clearance along the target surface's normal
+SHIFT_TOL = 0.02       # m, CoM error that ends a shift
+REACH_TOL = 0.02       # m, limb error that ends a swing
+REACH_TOUCH_TOL = 0.05  # m, or this if the limb already touches the scene (a forearm on a rail)
+PHASE_TIMEOUT = 5.0    # s
+KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
+DAMP_CONTACT = 20.0    # 1/s
+MU_MARGIN = 1.0        # fraction of the friction cones the controller may use
+W_COM, W_LIMB, W_POSTURE = 100.0, 100.0, 1.0   # task weights (torso orientation 10)
+COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
+JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
+
+
+def _kd(kp: float) -> float:
+    return 2.0 * np.sqrt(kp)
+
+
+class StanceAgent(Agent):
+    """Stance planner + FSM + QP controller (module docstring)."""
+
+    name = "stance"
+
+    def __init__(self, env, time_limit: float = 60.0, max_nodes: int = 400, **cfg):
+        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes, **cfg)
+        self.time_limit, self.max_nodes = float(time_limit), int(max_nodes)
+        self.plan = None
+        self.model = None
+        self._task = None
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        task = self.env.unwrapped.task
+        if task is None:
+            raise RuntimeError("call env.reset() before agent.reset()")
+        if task != self._task:
+            if self.model is not None:
+                self.model.close()
+            self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
+            self.model = st.StanceModel(task)
+            self._task = task
+        self.phases = self._phases() if self.plan.solved else []
+        self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
+        self.hold_q = hum.stand_posture()
+
+    def _com_of(self, step) -> np.ndarray:
+        self.model.set((step.base_pos, step.base_quat, step.q))
+        return self.model.robot.com_and_jacobian()[0]
+
+    def _phases(self) -> list[dict]:
+        """The FSM's states along the plan (module docstring)."""
+        steps, stances, out = self.plan.steps, self.plan.stances, []
+        for i in range(len(steps) - 1):
+            sa, sb, b = set(stances[i]), set(stances[i + 1]), steps[i + 1]
+            com = self._com_of(b)
+            if len(sb) < len(sa):                      # Adj-: shift the CoM, then let go
+                removed = sorted(sa - sb)
+                out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat))
+                out.append(dict(kind="release", support=sorted(sb), limbs=[c.limb for c in removed], com=com,
+                                q=b.q, quat=b.base_quat))
+            else:                                      # Adj+: swing the limb onto the new contact
+                new = sorted(sb - sa)[0]
+                surf = self.model.surfaces[new.surface]
+                tgt, rot = self.model.target(new)
+                normal = np.asarray(surf.normal, float)
+                grip = new.limb in hum.HANDS and surf.kind == "bar"
+                if grip:
+                    normal = tgt - surf.point(new.u)
+                    normal[1] = 0.0
+                    normal /= np.linalg.norm(normal)
+                out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot))
+        out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
+                        q=steps[-1].q, quat=steps[-1].base_quat))
+        return out
+
+    # ------------------------------------------------------------------ control
+    def act(self, obs, info: dict) -> np.ndarray:
+        obs = np.asarray(obs, dtype=np.float64)
+        q, qd = obs[0:21], obs[21:42]
+        base, quat, v, w = obs[42:45], obs[45:49] / np.linalg.norm(obs[45:49]), obs[49:52], obs[52:55]
+        action = np.zeros(23, dtype=np.float32)
+        if not self.phases:          # no plan: hold the standing posture
+            return self._pd_action(self.hold_q, action)
+        ph = self.phases[self.k]
+        rob = self.model.robot
+        rob.set_state(base, quat, q, v, w, qd)
+        nu = np.r_[v, w, qd]
+        com, Jc = rob.com_and_jacobian()
+        done = self.t_phase >= PHASE_TIMEOUT
+        limb_task = None
+        if ph["kind"] == "release":
+            for limb in ph["limbs"]:
+                if limb in hum.HANDS:
+                    self.grip[limb] = False
+            done |= self.t_phase >= 0.3
+        elif ph["kind"] == "swing":
+            x = self.model.limb_ref(ph["limb"])
+            err = np.linalg.norm(ph["target"] - x)
+            # lifted path: rise off the old place to above the target's height, travel above
+            # the target, come down onto it
+            if self.t_phase == 0.0:
+                above = ph["target"] + LIFT * ph["normal"]
+                rise = x + 0.3 * (above - x)     # an arc: up to the target's height early on
+                rise[2] = max(x[2], above[2]) + 0.03
+                ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, ph["target"]]
+                ph["t_way"] = 0.0
+            ph["t_way"] += self.env.unwrapped.control_dt
+            # next waypoint when this one is reached or after 1.5 s (it may be out of reach)
+            while len(ph["path"]) > 1 and (np.linalg.norm(ph["path"][0] - x) < 0.03 or ph["t_way"] > 1.5):
+                ph["path"].pop(0)
+                ph["t_way"] = 0.0
+            way = ph["path"][0]
+            limb_task = (ph["limb"], way, ph.get("rot"))
+            touching = obs[55 + hum.LIMBS.index(ph["limb"])] > 0.5
+            if err < REACH_TOL or (touching and err < REACH_TOUCH_TOL and self.t_phase > 0.5):
+                if ph["grip"]:
+                    self.grip[ph["limb"]] = True
+                done = True
+        if self.t_phase == 0.0:      # references move smoothly from where the phase starts
+            ph["com0"], ph["q0"], ph["quat0"] = com.copy(), q.copy(), quat.copy()
+            ph["T"] = max(1.0, np.linalg.norm(ph["com"][:2] - com[:2]) / COM_SPEED,
+                          np.abs(ph["q"] - q).max() / JOINT_SPEED)
+        s_ = min(1.0, self.t_phase / ph["T"])
+        s_ = s_ * s_ * (3.0 - 2.0 * s_)
+        ref = dict(com=ph["com0"] + s_ * (ph["com"] - ph["com0"]), q=ph["q0"] + s_ * (ph["q"] - ph["q0"]),
+                   quat=(Rotation.from_quat(ph["quat0"]) * Rotation.from_rotvec(s_ * (
+                       Rotation.from_quat(ph["quat0"]).inv() * Rotation.from_quat(ph["quat"])).as_rotvec())).as_quat(),
+                   support=ph["support"])
+        if ph["kind"] == "shift":
+            done = (self.t_phase >= ph["T"] and np.linalg.norm(com[:2] - ph["com"][:2]) < SHIFT_TOL) or \
+                self.t_phase >= ph["T"] + PHASE_TIMEOUT
+        qdd = self._qp(ref, com, Jc, nu, limb_task, quat)
+        self.t_phase += self.env.unwrapped.control_dt
+        if done and self.k < len(self.phases) - 1:
+            self.k, self.t_phase = self.k + 1, 0.0
+        for i, h in enumerate(hum.HANDS):
+            action[21 + i] = 1.0 if self.grip[h] else -1.0
+        if qdd is None:
+            return self._pd_action(ph["q"], action)
+        if getattr(self.env.unwrapped, "control", "pd") == "torque":
+            action[:21] = np.clip(self._tau / hum.TORQUE_LIMITS, -1, 1)
+            return action
+        T = self.env.unwrapped.control_dt
+        q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
+        return self._pd_action(q_target, action)
+
+    def _pd_action(self, q_target: np.ndarray, action: np.ndarray) -> np.ndarray:
+        rob = self.model.robot if self.model is not None else self.env.unwrapped.robot
+        q_target = np.clip(q_target, rob.lower, rob.upper)
+        action[:21] = 2 * (q_target - rob.lower) / (rob.upper - rob.lower) - 1
+        return np.clip(action, -1, 1).astype(np.float32)
+
+    def _qp(self, ph: dict, com, Jc, nu, limb_task, quat) -> np.ndarray | None:
+        model, rob = self.model, self.model.robot
+        n = 27
+        # pybullet's floating-base mass matrix is over (base angular, base linear) in the base
+        # frame; ours over (linear, angular) in the world frame: M = T' Mp T
+        R = Rotation.from_quat(quat).as_matrix()
+        T = np.zeros((n, n))
+        T[0:3, 3:6] = R.T
+        T[3:6, 0:3] = R.T
+        T[6:, 6:] = np.eye(21)
+        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, self._q(rob))),
+                                            physicsClientId=model.client))
+        M = T.T @ Mp @ T
+        G = rob.gravity_forces()
+        # contact points and cone generators of the support
+        Jrows, gens = [], []
+        for c in ph["support"]:
+            link = rob.link_index[hum.LIMB_LINK[c.limb]]
+            fps = model.force_points(c)
+            if c.limb in hum.FEET:
+                o, Rf = rob.limb_frame(c.limb)
+                pts = o + np.asarray(hum.LIMB_POINTS[c.limb]) @ Rf.T
+                if model.surfaces[c.surface].kind == "bar":
+                    pts = np.array([fp[0] for fp in fps])
+            else:
+                pts = rob.limb_points(c.limb)
+            Jl, _ = rob.jacobians(link, pts)
+            kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
+            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            for J in Jl:
+                Jrows.append(J)
+                gens.append((J, K, kind))
+        m = sum(K.shape[1] for _, K, _ in gens)
+        nx = n + m + 21
+        Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
+        # objective
+        H = np.zeros((nx, nx))
+        g = np.zeros(nx)
+
+        def task(J, a, w):
+            H[:n, :n] += w * J.T @ J
+            g[:n] -= w * J.T @ a
+
+        vcom = Jc @ nu
+        a_com = KP_COM * (ph["com"] - com) - _kd(KP_COM) * vcom
+        task(Jc[:2], a_com[:2], W_COM)
+        if limb_task is not None:
+            limb, way, rot = limb_task
+            link = rob.link_index[hum.LIMB_LINK[limb]]
+            x = model.limb_ref(limb)
+            Jl, Ja = rob.jacobians(link, x[None])
+            a = KP_LIMB * (way - x) - _kd(KP_LIMB) * (Jl[0] @ nu)
+            task(Jl[0], a, W_LIMB)
+            if rot is not None:      # a sole lands flat on its surface
+                er = Rotation.from_matrix(rot @ rob.limb_frame(limb)[1].T).as_rotvec()
+                task(Ja, KP_ORI * er - _kd(KP_ORI) * (Ja @ nu), 10.0)
+        a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
+        Jp = np.zeros((21, n))
+        Jp[:, 6:] = np.eye(21)
+        task(Jp, a_post, W_POSTURE)
+        e_ori = (Rotation.from_quat(ph["quat"]) * Rotation.from_quat(quat).inv()).as_rotvec()
+        Jo = np.zeros((3, n))
+        Jo[:, 3:6] = np.eye(3)
+        task(Jo, KP_ORI * e_ori - _kd(KP_ORI) * nu[3:6], 10.0)
+        H[n:n + m, n:n + m] += 1e-6 * np.eye(m)
+        H[n + m:, n + m:] += 1e-4 * np.diag(1.0 / hum.TORQUE_LIMITS ** 2)
+        H[:n, :n] += 1e-6 * np.eye(n)
+        # constraints: dynamics, contacts, lambda >= 0, torque limits
+        Bf = np.zeros((n, m))
+        col, hi_l = 0, []
+        for J, K, kind in gens:
+            Bf[:, col:col + K.shape[1]] = J.T @ K
+            hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
+            col += K.shape[1]
+        S = np.zeros((n, 21))
+        S[6:, :] = np.eye(21)
+        A_dyn = np.hstack([M, -Bf, -S])
+        A_con = np.hstack([Jcon, np.zeros((len(Jcon), m + 21))])
+        A_box = np.eye(nx)[n:]
+        A = np.vstack([A_dyn, A_con, A_box])
+        b_con = -DAMP_CONTACT * (Jcon @ nu)
+        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS]
+        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS]
+        scale = 1.0 / max(np.abs(np.diag(H)).max(), 1e-9)
+        solver = osqp.OSQP()
+        solver.setup(sparse.csc_matrix(H * scale), g * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
+                     eps_abs=1e-5, eps_rel=1e-5, max_iter=4000, polishing=False)
+        res = solver.solve(raise_error=False)
+        self.qp_status = res.info.status
+        if res.info.status not in ("solved", "solved inaccurate"):
+            # no acceleration meets the contacts within the torque limits: the caller falls
+            # back to the posture target (PD) or zero torque
+            self._tau = np.zeros(21)
+            return None
+        self._tau = res.x[n + m:]
+        return res.x[:n]
+
+    @staticmethod
+    def _q(rob) -> np.ndarray:
+        return np.array([s[0] for s in p.getJointStates(rob.body, [int(j) for j in rob.joints],
+                                                        physicsClientId=rob.client)])

@@ -1,0 +1,343 @@
+"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (seed 003).
+
+pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
+revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
+scene sampled from four families (:mod:`taigym.envs.multicontact_tasks`): a high step with a
+handrail, a gap crossed with a hand on a wall, a steep slope with a handrail and an inclined
+ladder. The robot starts standing on the floor at x = 0 facing +x; the task's goal is a point
+where the midpoint of its soles must end. Hands may grasp bars (handrails, rungs): a grasp is a
+point-to-point constraint transmitting at most 600 N, made when the hand is commanded to grip
+within 2 cm of the bar's surface, released when the command stops.
+
+## Action space
+
+``control="pd"`` (default): ``Box(-1, 1, (23,), float32)``:
+
+| index | action | scale |
+|-------|--------|-------|
+| 0-20 | joint position targets, ``taigym.sim.humanoid.JOINTS`` order | -1 -> lower limit, 1 -> upper limit; PD (pybullet's position motors) with the joint's torque limit |
+| 21, 22 | right, left hand grip command | > 0 grips (if near a bar), <= 0 releases |
+
+``control="torque"``: the same with 0-20 joint torques as fractions of the torque limits.
+
+## Observation space
+
+A float32 vector of 64 entries, all bounded:
+
+| index | observation | unit | range |
+|-------|-------------|------|-------|
+| 0-20 | joint positions | rad | [-pi, pi] |
+| 21-41 | joint velocities | rad/s | [-30, 30] (clipped) |
+| 42-44 | base (torso) position | m | [-5, 5] (clipped) |
+| 45-48 | base orientation quaternion (x, y, z, w) | - | [-1, 1] |
+| 49-51 | base linear velocity | m/s | [-10, 10] (clipped) |
+| 52-54 | base angular velocity | rad/s | [-20, 20] (clipped) |
+| 55-58 | contact flags: right foot, left foot, right hand, left hand touch the scene | - | {0, 1} |
+| 59-60 | grasp flags: right, left hand holds a bar | - | {0, 1} |
+| 61-63 | goal minus the soles' midpoint | m | [-5, 5] (clipped) |
+
+## Rewards
+
+Per step: ``progress_weight`` (10) times the decrease of the distance from the soles' midpoint
+to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) times the mean of
+(torque / limit)^2, minus ``violation_penalty`` (0.1) if a link other than the feet, hands
+(lower arms) and shins touches the scene; +``success_bonus`` (5) on success.
+
+## Episode end
+
+* Termination: success (both feet touch the scene and the soles' midpoint is within
+  ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder) or a fall (the torso, waist or
+  pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
+  of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
+  upright).
+* Truncation: at ``horizon`` (default 40 s = 800 steps) or on a blow-up (NaN state,
+  ``info["sim_unstable"]``).
+
+## Info (every step, including reset)
+
+``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``contacts``
+(dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
+``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``.
+
+## Arguments
+
+``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=40.0,
+render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
+effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=0.05)``: ``family`` fixes
+the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a fixed split;
+``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
+``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
+the progress, alive and effort terms are per control step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pybullet as p
+from gymnasium import spaces
+
+from taigym.sim import humanoid as hum
+
+from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
+
+CONTROL_DT = 0.05
+PHYSICS_DT = 1.0 / 240.0
+OBS_SIZE = 64
+GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
+FALL_HEIGHT = 0.45              # m, torso above the ground below it
+FALL_TILT = math.radians(78)
+CONTROLS = ("pd", "torque")
+
+
+def _number(name: str, value: Any, lo: float, hi: float) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    v = float(value) if ok else math.nan
+    if not (math.isfinite(v) and lo <= v <= hi):
+        raise ValueError(f"{name} must be a number in [{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
+class MultiContactEnv(gym.Env):
+    """Humanoid multi-contact locomotion in pybullet (module docstring)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+
+    def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "pd",
+                 horizon: float = 40.0, render_mode: str | None = None, render_size=(240, 320),
+                 progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
+                 violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
+                 kd: float = 1.0, control_dt: float = CONTROL_DT):
+        if family is not None and family not in FAMILIES:
+            raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
+        if task_split is not None and task_split not in SPLIT_SIZES:
+            raise ValueError(f"task_split must be None or one of {tuple(SPLIT_SIZES)}; got {task_split!r}")
+        if control not in CONTROLS:
+            raise ValueError(f"control must be one of {CONTROLS}; got {control!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
+        try:
+            h, w = (int(v) for v in render_size)
+        except (TypeError, ValueError):
+            h = w = -1
+        if not (16 <= h <= 2048 and 16 <= w <= 2048):
+            raise ValueError(f"render_size must be (height, width) in [16, 2048]; got {render_size!r}")
+        self.family, self.task_split, self.control = family, task_split, control
+        self.horizon = _number("horizon", horizon, CONTROL_DT, 600.0)
+        self.render_mode, self.render_size = render_mode, (h, w)
+        self.progress_weight = _number("progress_weight", progress_weight, 0.0, 1e3)
+        self.alive_bonus = _number("alive_bonus", alive_bonus, 0.0, 10.0)
+        self.effort_weight = _number("effort_weight", effort_weight, 0.0, 10.0)
+        self.violation_penalty = _number("violation_penalty", violation_penalty, 0.0, 10.0)
+        self.success_bonus = _number("success_bonus", success_bonus, 0.0, 1e3)
+        self.kp = _number("kp", kp, 0.0, 1.0)
+        self.kd = _number("kd", kd, 0.0, 10.0)
+        dt = _number("control_dt", control_dt, PHYSICS_DT, 0.1)
+        self.substeps = round(dt / PHYSICS_DT)
+        if abs(self.substeps * PHYSICS_DT - dt) > 1e-9:
+            raise ValueError(f"control_dt must be a multiple of 1/240 s in [1/240, 0.1], got {control_dt!r}")
+        self.control_dt = self.substeps * PHYSICS_DT
+        self.action_space = spaces.Box(-1.0, 1.0, (hum.N_JOINTS + 2,), np.float32)
+        lo = np.concatenate([np.full(21, -np.pi), np.full(21, -30.0), np.full(3, -5.0), np.full(4, -1.0),
+                             np.full(3, -10.0), np.full(3, -20.0), np.zeros(6), np.full(3, -5.0)])
+        self.observation_space = spaces.Box(lo.astype(np.float32), self._obs_high(lo), dtype=np.float32)
+        self.client = p.connect(p.DIRECT)
+        self.task: MultiContactTask | None = None
+        self.robot: hum.Robot | None = None
+        self._grasps: dict[str, int | None] = {}
+
+    @staticmethod
+    def _obs_high(lo: np.ndarray) -> np.ndarray:
+        high = -lo
+        high[55:61] = 1.0
+        return high.astype(np.float32)
+
+    # ------------------------------------------------------------------ reset
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        task = (options or {}).get("task")
+        if task is None:
+            if self.task_split is not None:
+                pool = multicontact_tasks(self.task_split)
+                if self.family is not None:
+                    pool = tuple(t for t in pool if t.family == self.family)
+                task = pool[int(self.np_random.integers(len(pool)))]
+            else:
+                task = sample_task(self.np_random, self.family)
+        elif isinstance(task, dict):
+            task = MultiContactTask.from_dict(task)
+        elif not isinstance(task, MultiContactTask):
+            raise ValueError(f"options['task'] must be a MultiContactTask or its dict, got {type(task).__name__}")
+        self.task = task
+        c = self.client
+        p.resetSimulation(physicsClientId=c)
+        p.setPhysicsEngineParameter(fixedTimeStep=PHYSICS_DT, numSolverIterations=50,
+                                    deterministicOverlappingPairs=1, physicsClientId=c)
+        p.setGravity(0, 0, -hum.GRAVITY, physicsClientId=c)
+        self.robot = hum.Robot.load(c)
+        boxes, bars = task.scene()
+        self.scene_ids = hum.build_scene(c, boxes, bars)
+        self.bars = list(zip(self.scene_ids[len(boxes):], bars))
+        hum.place_standing(self.robot, x=0.0)
+        self._grasps = {h: None for h in hum.HANDS}
+        self.time = 0.0
+        self._target = self.robot.get_state()[2]
+        self._dist = self._goal_distance()
+        self._torque = np.zeros(hum.N_JOINTS)
+        info = self._info(fell=False, violation=False, unstable=False)
+        return self._obs(), info
+
+    # ------------------------------------------------------------------ step
+    def step(self, action):
+        if self.robot is None:
+            raise RuntimeError("call reset() before step()")
+        a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
+        if a.shape != (hum.N_JOINTS + 2,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action must be {hum.N_JOINTS + 2} finite numbers, got shape {a.shape}")
+        rob, c = self.robot, self.client
+        joints = [int(j) for j in rob.joints]
+        if self.control == "pd":
+            target = rob.lower + (a[:21] + 1.0) * 0.5 * (rob.upper - rob.lower)
+            p.setJointMotorControlArray(rob.body, joints, p.POSITION_CONTROL, targetPositions=list(target),
+                                        forces=list(hum.TORQUE_LIMITS), positionGains=[self.kp] * 21,
+                                        velocityGains=[self.kd] * 21, physicsClientId=c)
+        for hand, cmd in zip(hum.HANDS, a[21:]):
+            self._grip(hand, cmd > 0.0)
+        torque = np.zeros(hum.N_JOINTS)
+        for _ in range(self.substeps):
+            if self.control == "torque":   # pybullet applies a torque command for one physics step
+                p.setJointMotorControlArray(rob.body, joints, p.TORQUE_CONTROL,
+                                            forces=list(a[:21] * hum.TORQUE_LIMITS), physicsClientId=c)
+            p.stepSimulation(physicsClientId=c)
+            js = p.getJointStates(rob.body, joints, physicsClientId=c)
+            torque += np.array([s[3] for s in js]) if self.control == "pd" else a[:21] * hum.TORQUE_LIMITS
+        self._torque = torque / self.substeps
+        self.time += self.control_dt
+        state = rob.get_state()
+        unstable = not all(np.all(np.isfinite(s)) for s in state) or np.abs(state[0]).max() > 50
+        touching = self._touching_links()
+        violation = bool(touching - set(hum.ALLOWED_LINKS) - set(hum.TRUNK_LINKS))
+        fell = bool(unstable or self._fallen(touching))
+        dist = self._goal_distance() if not unstable else self._dist
+        progress = self._dist - dist
+        self._dist = dist
+        success = (not fell) and self._success()
+        effort = float(np.mean((self._torque / hum.TORQUE_LIMITS) ** 2))
+        r_prog = self.progress_weight * progress
+        r_eff = -self.effort_weight * effort
+        r_vio = -self.violation_penalty * violation
+        reward = r_prog + r_eff + r_vio + (0.0 if fell else self.alive_bonus) + self.success_bonus * success
+        terminated = bool(success or (fell and not unstable))
+        truncated = bool(unstable or self.time >= self.horizon - 1e-9)
+        info = self._info(fell=fell, violation=violation, unstable=unstable)
+        info.update(reward_progress=r_prog, reward_effort=r_eff, reward_violation=r_vio, effort=effort)
+        return self._obs(), float(reward), terminated, truncated, info
+
+    # ------------------------------------------------------------------ helpers
+    def _grip(self, hand: str, grip: bool) -> None:
+        c, rob = self.client, self.robot
+        cid = self._grasps[hand]
+        if not grip:
+            if cid is not None:
+                p.removeConstraint(cid, physicsClientId=c)
+                self._grasps[hand] = None
+            return
+        if cid is not None:
+            return
+        x = rob.limb_points(hand)[0]
+        for bid, (centre, axis, half, radius, _) in self.bars:
+            ctr = np.asarray(centre)
+            ax = np.asarray({"x": (1, 0, 0), "y": (0, 1, 0)}.get(axis, axis) if isinstance(axis, str) else axis, float)
+            ax /= np.linalg.norm(ax)
+            s = float(np.clip((x - ctr) @ ax, -half, half))
+            if np.linalg.norm(x - ctr - s * ax) <= radius + hum.HAND_RADIUS + GRIP_DISTANCE:
+                link = rob.link_index[hum.LIMB_LINK[hand]]
+                st = p.getLinkState(rob.body, link, computeForwardKinematics=True, physicsClientId=c)
+                Rl = np.array(p.getMatrixFromQuaternion(st[1])).reshape(3, 3)
+                pos_b, orn_b = p.getBasePositionAndOrientation(bid, physicsClientId=c)
+                Rb = np.array(p.getMatrixFromQuaternion(orn_b)).reshape(3, 3)
+                cid = p.createConstraint(rob.body, link, bid, -1, p.JOINT_POINT2POINT, [0, 0, 0],
+                                         list(Rl.T @ (x - np.asarray(st[0]))),
+                                         list(Rb.T @ (x - np.asarray(pos_b))), physicsClientId=c)
+                p.changeConstraint(cid, maxForce=hum.GRIP_FORCE, physicsClientId=c)
+                self._grasps[hand] = cid
+                return
+
+    def _touching_links(self) -> set[str]:
+        names = {v: k for k, v in self.robot.link_index.items()}
+        out = set()
+        for bid in self.scene_ids:
+            for cp in p.getContactPoints(self.robot.body, bid, physicsClientId=self.client):
+                out.add(names.get(cp[3], "?"))
+        return out
+
+    def contacts(self) -> dict[str, bool]:
+        touching = self._touching_links()
+        return {limb: hum.LIMB_LINK[limb] in touching or (limb in hum.HANDS and self._grasps[limb] is not None)
+                for limb in hum.LIMBS}
+
+    def _fallen(self, touching: set[str]) -> bool:
+        pos, quat = self.robot.get_state()[:2]
+        if touching & set(hum.TRUNK_LINKS):
+            return True
+        # the ground below: the lowest within 0.3 m (mid-way up a step the torso is low over it)
+        ground = min(self.task.ground_height(pos[0] + d) for d in (-0.3, 0.0, 0.3))
+        if pos[2] - ground < FALL_HEIGHT and self.task.family != "gap":
+            return True
+        if self.task.family == "gap" and pos[2] < FALL_HEIGHT:
+            return True
+        up = np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3)[:, 2]
+        return bool(up[2] < math.cos(FALL_TILT))
+
+    def sole_midpoint(self) -> np.ndarray:
+        pts = np.vstack([self.robot.limb_points(f) for f in hum.FEET])
+        return pts.mean(axis=0)
+
+    def _goal_distance(self) -> float:
+        return float(np.linalg.norm(self.task.goal() - self.sole_midpoint()))
+
+    def _success(self) -> bool:
+        touching = self._touching_links()
+        feet_down = all(hum.LIMB_LINK[f] in touching for f in hum.FEET)
+        return bool(feet_down and self._goal_distance() <= self.task.goal_radius)
+
+    def _obs(self) -> np.ndarray:
+        pos, quat, q, vel, omega, qd = self.robot.get_state()
+        flags = self.contacts()
+        obs = np.concatenate([
+            np.clip(q, -np.pi, np.pi), np.clip(qd, -30, 30), np.clip(pos, -5, 5), np.clip(quat, -1, 1),
+            np.clip(vel, -10, 10), np.clip(omega, -20, 20), [float(flags[l]) for l in hum.LIMBS],
+            [float(self._grasps[h] is not None) for h in hum.HANDS],
+            np.clip(self.task.goal() - self.sole_midpoint(), -5, 5)])
+        obs = np.nan_to_num(obs, nan=0.0)
+        return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
+
+    def _info(self, *, fell: bool, violation: bool, unstable: bool) -> dict:
+        return {"success": bool(not fell and self._success()), "fell": bool(fell), "sim_unstable": bool(unstable),
+                "time": float(self.time), "goal_distance": float(self._dist), "contacts": self.contacts(),
+                "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
+                "contact_violation": bool(violation), "family": self.task.family,
+                "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}
+
+    # ------------------------------------------------------------------ render
+    def render(self):
+        if self.render_mode != "rgb_array" or self.robot is None:
+            return None
+        h, w = self.render_size
+        pos = self.robot.get_state()[0]
+        target = [float(pos[0]) + 0.3, 0.0, float(pos[2]) - 0.2]
+        view = p.computeViewMatrixFromYawPitchRoll(target, 3.2, 0.0, -12.0, 0.0, 2, physicsClientId=self.client)
+        proj = p.computeProjectionMatrixFOV(50.0, w / h, 0.05, 20.0, physicsClientId=self.client)
+        img = p.getCameraImage(w, h, view, proj, renderer=p.ER_TINY_RENDERER, physicsClientId=self.client)
+        return np.asarray(img[2], dtype=np.uint8).reshape(h, w, 4)[:, :, :3].copy()
+
+    def close(self):
+        if getattr(self, "client", None) is not None:
+            try:
+                p.disconnect(physicsClientId=self.client)
+            except p.error:
+                pass
+            self.client = None

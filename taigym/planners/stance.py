@@ -1,0 +1,651 @@
+"""Seed 003's multi-contact stance planner (Bouyarmane): contacts, stances, the stance IK and a
+best-first search over adjacent stances.
+
+* A **contact** c = (robot link surface, environment surface, position on it, yaw): here a limb
+  (a sole or a hand) on a :class:`~taigym.envs.multicontact_tasks.Surface` at coordinate ``u``
+  along the surface's tangent (the lateral coordinate is fixed by the limb's side) and yaw 0.
+* A **stance** is a set of contacts, at most one per limb. Stances are **adjacent** when one is
+  the other plus (Adj+) or minus (Adj-) one contact. In Adj+ the new contact's position is left
+  undetermined (the paper's equivalence class [sigma']); the IK chooses it, pulled towards the
+  goal.
+* The **IK problem** for a pair (sigma, sigma'): a configuration q (floating base + 21 joints)
+  touching every contact of the larger stance, in static equilibrium on the contacts of the
+  smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
+  linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
+  torques within limits, joints within limits and no collision with the scene. It is solved in
+  two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
+  kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
+  points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
+  posture, progress of the free contact; joint limits as bounds), then (3) the forces for that
+  configuration: min ||f||^2 + ||tau / tau_max||^2 s.t. the six floating-base equilibrium rows
+  G_b + J_b^T f = 0, cones, |tau| <= tau_max. Collision is checked with pybullet's closest points.
+  The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
+* The **search**: best-first over stances (priority: distance of the feet contacts to the goal
+  over a step length, plus a small cost per stance), expanding Adj+ then Adj-, until both feet
+  are within the task's goal radius; within a node and wall-time budget. It returns a
+  :class:`Plan` whose ``status`` is ``"solved"``, ``"budget"`` (node or time budget spent) or
+  ``"exhausted"`` (no stance left to expand).
+
+:func:`check_step` verifies a returned step independently of the solver (its own statics, not
+the solver's Jacobians): contact points on their surfaces, forces in the true friction cones,
+Newton-Euler equilibrium residual, joint torques (from the moments about each joint axis) and
+joint limits, collision.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import osqp
+import pybullet as p
+from scipy import sparse
+from scipy.spatial.transform import Rotation
+
+from taigym.envs.multicontact_tasks import BAR_RADIUS, MultiContactTask, Surface
+from taigym.sim import humanoid as hum
+
+FOOT_Y = 0.10           #: m, lateral offset of a sole centre on a plane or rung
+HAND_RUNG_Y = 0.20      #: m, lateral offset of a hand on a rung or a wall
+GRASP_DIR = {"rail": (0.0, 0.0, 1.0), "rung": (-0.6, 0.0, 0.8)}   # hand centre from the bar's axis
+POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
+ROT_TOL = 0.02          #: rad, sole orientation residual
+COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margins)
+REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
+STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
+DEBUG = False
+W_CONTACT = 1e6        # IK weights: contacts (per m^2; soles' rotation at a tenth, per rad^2)
+TRUST = 0.08           # m, rad: SQP trust region per step
+W_COM = 1e4            # CoM on its target (per m^2)
+W_UPRIGHT = 1e2        # torso upright (per rad^2)
+MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
+W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
+_SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
+
+
+@dataclass(frozen=True, order=True)
+class Contact:
+    """Seed 003's contact: limb (robot link surface), environment surface, position u (m) and yaw."""
+
+    limb: str
+    surface: str
+    u: float
+    yaw: float = 0.0
+
+
+def stance_key(stance) -> tuple:
+    return tuple(sorted((c.limb, c.surface, round(c.u, 2)) for c in stance))
+
+
+@dataclass
+class Step:
+    """One configuration of the plan: ``touching`` (the larger stance, all in contact) and
+    ``support`` (the stance whose forces hold it), the configuration, per-point contact forces
+    (N, world frame) and joint torques (N m)."""
+
+    touching: tuple[Contact, ...]
+    support: tuple[Contact, ...]
+    base_pos: np.ndarray
+    base_quat: np.ndarray
+    q: np.ndarray
+    points: list            # (limb, world point, force (3,), kind, normal, mu)
+    tau: np.ndarray
+
+
+@dataclass
+class Plan:
+    status: str                       # "solved" | "budget" | "exhausted"
+    steps: list[Step] = field(default_factory=list)
+    stances: list[tuple[Contact, ...]] = field(default_factory=list)
+    nodes: int = 0
+    ik_calls: int = 0
+    seconds: float = 0.0
+
+    @property
+    def solved(self) -> bool:
+        return self.status == "solved"
+
+
+# ---------------------------------------------------------------------- the model
+class StanceModel:
+    """The robot and the task's scene in a private pybullet client (DIRECT), with the contact
+    geometry of seed 003's contacts."""
+
+    def __init__(self, task: MultiContactTask):
+        self.task = task
+        self.client = p.connect(p.DIRECT)
+        self.robot = hum.Robot.load(self.client)
+        boxes, bars = task.scene()
+        self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
+        self.surfaces: dict[str, Surface] = {s.name: s for s in task.surfaces()}
+        self.sole_local = {f: np.mean(hum.LIMB_POINTS[f], axis=0) for f in hum.FEET}
+
+    def close(self) -> None:
+        try:
+            p.disconnect(physicsClientId=self.client)
+        except p.error:
+            pass
+
+    # ------------------------------------------------------------------ contact geometry
+    def target(self, c: Contact) -> tuple[np.ndarray, np.ndarray | None]:
+        """World target of the limb's reference point (sole centre / hand centre) and, for
+        soles, the target rotation of the foot frame (x along the surface, z its normal)."""
+        s = self.surfaces[c.surface]
+        pt = s.point(c.u)
+        n, t = np.asarray(s.normal, float), np.asarray(s.t, float)
+        lateral = np.array([0.0, _SIDE[c.limb], 0.0])
+        if c.limb in hum.FEET:
+            pt = pt + FOOT_Y * lateral + (BAR_RADIUS * n if s.kind == "bar" else 0.0)
+            if s.kind == "bar":
+                t = np.array([1.0, 0.0, 0.0])
+            x = Rotation.from_rotvec(c.yaw * n).apply(t)
+            return pt, np.column_stack([x, np.cross(n, x), n])
+        if s.kind == "bar":
+            d = np.asarray(GRASP_DIR["rung" if c.surface.startswith("rung") else "rail"], float)
+            d /= np.linalg.norm(d)
+            off = HAND_RUNG_Y * lateral if c.surface.startswith("rung") else 0.0
+            return pt + off + (BAR_RADIUS + hum.HAND_RADIUS) * d, None
+        return pt + HAND_RUNG_Y * lateral + hum.HAND_RADIUS * n, None
+
+    def force_points(self, c: Contact) -> list[tuple[np.ndarray, str, np.ndarray, float]]:
+        """(world point, kind "cone" | "grasp", normal, mu) for the contact at its target."""
+        s = self.surfaces[c.surface]
+        n = np.asarray(s.normal, float)
+        pt, R = self.target(c)
+        if c.limb in hum.FEET:
+            if s.kind == "bar":   # the sole across a rung: a line contact, two points
+                return [(pt + R @ np.array([0, dy, 0]), "cone", n, s.mu) for dy in (-0.035, 0.035)]
+            corners = np.asarray(hum.LIMB_POINTS[c.limb]) - self.sole_local[c.limb]
+            return [(pt + R @ np.array([cx, cy, 0.0]), "cone", n, s.mu) for cx, cy, _ in corners]
+        if s.kind == "bar":
+            return [(pt, "grasp", n, s.mu)]
+        return [(pt, "cone", n, s.mu)]
+
+    def limb_ref(self, limb: str) -> np.ndarray:
+        """Current world position of the limb's reference point."""
+        if limb in hum.FEET:
+            o, R = self.robot.limb_frame(limb)
+            return o + R @ self.sole_local[limb]
+        return self.robot.limb_points(limb)[0]
+
+    # ------------------------------------------------------------------ state
+    def set(self, x) -> None:
+        self.robot.set_state(x[0], x[1], x[2])
+
+    def collides(self, touching) -> bool:
+        """True if a link other than the touching limbs' penetrates the scene."""
+        allowed = {self.robot.link_index[hum.LIMB_LINK[c.limb]] for c in touching}
+        for bid in self.scene_ids:
+            for cp in p.getClosestPoints(self.robot.body, bid, 0.0, physicsClientId=self.client):
+                if (cp[8] < -COLLISION_TOL and cp[3] not in allowed) or cp[8] < -2.5 * COLLISION_TOL:
+                    if DEBUG:     # contact limbs may not sink into the scene either
+                        print("collision", cp[3], cp[8], np.round(cp[5], 3))
+                    return True
+        return False
+
+
+def _cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
+    """(3, 4) edges of the pyramid inscribed in the friction cone of normal n."""
+    a = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    t1 = np.cross(n, a)
+    t1 /= np.linalg.norm(t1)
+    t2 = np.cross(n, t1)
+    return np.column_stack([n + mu * t1, n - mu * t1, n + mu * t2, n - mu * t2])
+
+
+def _qp(P, q, A, lo, hi, *, approximate: bool = False):
+    """min 1/2 x'Px + q'x s.t. lo <= Ax <= hi with OSQP; None if not solved. ``approximate``
+    accepts an iterate that hit the iteration limit if it meets the constraints to 1e-4 (an SQP
+    step need not be exact: the next iteration corrects it)."""
+    scale = 1.0 / max(float(np.abs(np.diag(P)).max()), 1e-12)
+    solver = osqp.OSQP()
+    solver.setup(sparse.csc_matrix(P * scale), q * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
+                 eps_abs=1e-7, eps_rel=1e-7, max_iter=4000, polishing=True)
+    res = solver.solve(raise_error=False)
+    if res.info.status in ("solved", "solved inaccurate"):
+        return res.x
+    if approximate and res.x is not None and np.all(np.isfinite(res.x)):
+        Ax = A @ res.x
+        if np.all(Ax >= lo - 1e-4) and np.all(Ax <= hi + 1e-4):
+            return res.x
+    if DEBUG:
+        print("osqp", res.info.status, P.shape, A.shape)
+    return None
+
+
+# ---------------------------------------------------------------------- stage 1: CoM and forces
+def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
+    """A CoM (x, y) at which gravity is balanced by forces at the support's contact points
+    (linear in CoM and cone coefficients), nearest ``ref_xy`` with small forces; None if none."""
+    pts = [fp for c in support for fp in model.force_points(c)]
+    cols, gens = [], []
+    for pt, kind, n, mu in pts:
+        K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+        for k in range(K.shape[1]):
+            cols.append((pt, K[:, k], kind))
+    m = len(cols)
+    W = mass * hum.GRAVITY
+    A_eq = np.zeros((5, 2 + m))      # sum f = (0, 0, W); moments about x and y: sum p x f = c x (0,0,W)
+    b = np.array([0.0, 0.0, W, 0.0, 0.0])
+    for k, (pt, g, _) in enumerate(cols):
+        A_eq[:3, 2 + k] = g
+        mom = np.cross(pt, g)
+        A_eq[3, 2 + k], A_eq[4, 2 + k] = mom[0], mom[1]
+    # c x (0, 0, W) = (c_y W, -c_x W, 0)
+    A_eq[3, 1], A_eq[4, 0] = -W, W
+    lo_l = np.zeros(m)
+    hi_l = np.array([hum.GRIP_FORCE if kind == "grasp" else np.inf for _, _, kind in cols])
+    A = np.vstack([A_eq, np.hstack([np.zeros((m, 2)), np.eye(m)])])
+    P = np.diag(np.r_[1e4, 1e4, np.full(m, 1e-4)])   # CoM near ref (weight per m^2), small forces
+    qv = np.r_[-1e4 * ref_xy, np.zeros(m)]
+    x = _qp(P, qv, A, np.r_[b, lo_l], np.r_[b, hi_l])
+    if x is None or np.abs(A_eq @ x - b).max() > 1e-2 * W:
+        return None
+    return x[:2]
+
+
+# ---------------------------------------------------------------------- stage 3: forces for q
+def contact_forces(model: StanceModel, support):
+    """Forces at the support's points for the current configuration, with joint torques:
+    min ||lambda||^2 + ||tau/tau_max||^2 s.t. floating-base equilibrium, cones, torque limits.
+    Returns (points, tau, residual) or None."""
+    rob = model.robot
+    G = rob.gravity_forces()
+    cols, rows = [], []
+    for c in support:
+        link = rob.link_index[hum.LIMB_LINK[c.limb]]
+        fps = model.force_points(c)
+        # the real contact points: the limb's points as they are in q (the IK met the targets)
+        Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
+        for (pt, kind, n, mu), J in zip(fps, Jl):
+            K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
+            for k in range(K.shape[1]):
+                cols.append((J.T @ K[:, k], K[:, k], kind))
+    m = len(cols)
+    B = np.column_stack([cc[0] for cc in cols])      # (27, m): generalised force per coefficient
+    tmax = hum.TORQUE_LIMITS
+    # tau = -(G_q + B_q lambda); equilibrium: G_b + B_b lambda = 0
+    Bq = B[6:] / tmax[:, None]
+    gq = G[6:] / tmax
+    P = 2 * (Bq.T @ Bq) + 2e-6 * np.eye(m)
+    qv = 2 * Bq.T @ gq
+    hi_l = np.array([hum.GRIP_FORCE if kind == "grasp" else np.inf for _, _, kind in cols])
+    A = np.vstack([B[:6], np.eye(m), Bq])
+    lo = np.r_[-G[:6], np.zeros(m), -1.0 - gq]
+    hi = np.r_[-G[:6], hi_l, 1.0 - gq]
+    x = _qp(P, qv, A, lo, hi)
+    if x is None:
+        return None
+    resid = float(np.abs(B[:6] @ x + G[:6]).max())
+    tau = -(G[6:] + B[6:] @ x)
+    if resid > 1.0 or np.any(np.abs(tau) > tmax * 1.01) or np.any(x < -1e-6):
+        return None
+    points = []
+    for limb, pt, kind, n, mu, start, cnt in rows:
+        f = sum(x[start + k] * cols[start + k][1] for k in range(cnt))
+        points.append((limb, pt, f, kind, n, mu))
+    return points, tau, resid
+
+
+# ---------------------------------------------------------------------- stage 2: configuration SQP
+FAILURES: dict[str, int] = {}   # why IK calls failed, by stage (diagnostics)
+
+
+def _fail(reason: str):
+    FAILURES[reason] = FAILURES.get(reason, 0) + 1
+    return None
+
+
+def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 60, lean: float = 0.4):
+    """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
+    ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
+
+    The CoM target is a point where the support balances gravity (stage 1): first between the
+    point nearest the support's feet (hands carry part of the weight; the body stays over the
+    feet) and, for Adj+, the point nearest the middle of all touched contacts (the free one at
+    the far end of its range), i.e. leaning towards where the robot reaches (both are in the
+    convex equilibrium region, so is their blend). If the forces then fail (the CoM had to
+    leave its target to reach), a second pass aims at the balanced point nearest the CoM that
+    the first pass reached, moved 15 % back towards the feet."""
+    mass = model.robot.total_mass
+    fixed = [c for c in touching if c is not free]
+    feet = [c for c in support if c.limb in hum.FEET] or list(support)
+    centre = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in feet], axis=0))
+    if centre is None:
+        return _fail("com")
+    com_xy = centre
+    if free is not None:
+        far = Contact(free.limb, free.surface, u_bounds[1] if goal_dir > 0 else u_bounds[0])
+        reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
+        if reach is not None:
+            com_xy = centre + lean * (reach - centre)
+    x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
+    u = float(np.clip(free.u, *u_bounds)) if free is not None else 0.0
+    for attempt in range(2):
+        res = _sqp(model, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters)
+        if isinstance(res, str):
+            return _fail(res)
+        x, u = res[:3], res[3]
+        new = Contact(free.limb, free.surface, u) if free is not None else None
+        touching_c = tuple(sorted(fixed + ([new] if new else [])))
+        support_c = tuple(sorted(new if (free is not None and c is free) else c for c in support))
+        out = contact_forces(model, support_c)
+        if out is not None:
+            points, tau, _ = out
+            return Step(touching_c, support_c, x[0], x[1], x[2], points, tau), new
+        reached = model.robot.com_and_jacobian()[0][:2]
+        nearest = com_target(model, support, mass, reached)
+        if nearest is None:
+            break
+        com_xy = nearest + 0.15 * (centre - nearest)
+    return _fail("forces or torques")
+
+
+def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters):
+    """Stage 2: the configuration SQP. Returns (base, quat, q, u) or the failure's name."""
+    rob = model.robot
+    base, quat, q = x
+    q_ref = hum.stand_posture()
+    nv = 27 + (free is not None)
+    for it in range(iters):
+        model.set((base, quat, q))
+        H = np.zeros((nv, nv))
+        g = np.zeros(nv)
+        err_max = 0.0
+        contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
+        for c in contacts:
+            link = rob.link_index[hum.LIMB_LINK[c.limb]]
+            tgt, Rt = model.target(c)
+            cur = model.limb_ref(c.limb)
+            Jl, Ja = rob.jacobians(link, cur[None])
+            J = np.zeros((3, nv))
+            J[:, :27] = Jl[0]
+            e = tgt - cur
+            if free is not None and c.limb == free.limb:
+                J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # the target moves with u
+            err_max = max(err_max, np.abs(e).max())
+            H += W_CONTACT * J.T @ J
+            g -= W_CONTACT * J.T @ e
+            if Rt is not None:
+                _, Rc = rob.limb_frame(c.limb)
+                er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
+                err_max = max(err_max, 0.1 * np.abs(er).max())
+                Jr = np.zeros((3, nv))
+                Jr[:, :27] = Ja
+                H += 0.1 * W_CONTACT * Jr.T @ Jr
+                g -= 0.1 * W_CONTACT * Jr.T @ er
+        com, Jc = rob.com_and_jacobian()
+        Jc2 = np.zeros((2, nv))
+        Jc2[:, :27] = Jc[:2]
+        ec = com_xy - com[:2]
+        H += W_COM * Jc2.T @ Jc2
+        g -= W_COM * Jc2.T @ ec
+        # torso upright (rotation vector of the base from upright) and posture (weak)
+        eo = -Rotation.from_quat(quat).as_rotvec()
+        H[3:6, 3:6] += W_UPRIGHT * np.eye(3)
+        g[3:6] -= W_UPRIGHT * eo
+        H[6:27, 6:27] += 1.0 * np.eye(21)
+        g[6:27] -= 1.0 * (q_ref - q)
+        if free is not None:
+            g[27] -= W_PROGRESS * goal_dir      # progress of the new contact towards the goal
+        H += 1e-3 * np.eye(nv)
+        lo = np.r_[np.full(6, -TRUST), np.maximum(rob.lower - q, -TRUST)]
+        hi = np.r_[np.full(6, TRUST), np.minimum(rob.upper - q, TRUST)]
+        if free is not None:
+            lo = np.r_[lo, max(u_bounds[0] - u, -TRUST)]
+            hi = np.r_[hi, min(u_bounds[1] - u, TRUST)]
+        # no collision: links near the scene may not approach it further (linearised distance)
+        A_rows, a_lo = _collision_rows(model, contacts, nv)
+        A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
+        dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
+        if dx is None:
+            return "sqp subproblem"
+        base = base + dx[:3]
+        quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
+        q = np.clip(q + dx[6:27], rob.lower, rob.upper)
+        if free is not None:
+            u = float(np.clip(u + dx[27], *u_bounds))
+        if err_max < POS_TOL and np.abs(com_xy - com[:2]).max() < 5e-3 and np.abs(dx).max() < 2e-3:
+            break
+        if it >= 20 and err_max > 0.05:      # far from the contacts after 20 steps: unreachable
+            return "unreachable"
+    model.set((base, quat, q))
+    contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
+    for c in contacts:
+        tgt, Rt = model.target(c)
+        if np.abs(tgt - model.limb_ref(c.limb)).max() > POS_TOL * 2:
+            return "position residual"
+        if Rt is not None:
+            _, Rc = rob.limb_frame(c.limb)
+            if np.abs(Rotation.from_matrix(Rt @ Rc.T).as_rotvec()).max() > ROT_TOL:
+                return "sole orientation"
+    if Rotation.from_quat(quat).as_matrix()[2, 2] < math.cos(MAX_TILT):
+        return "torso tilt"
+    if model.collides(tuple(contacts)):
+        return "collision"
+    return base, quat, q, u
+
+
+def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06):
+    """Rows n^T J dx >= 0.005 - d for every robot point within ``margin`` of the scene, links of
+    the contacting limbs excepted (they touch on purpose)."""
+    rob = model.robot
+    skip = {rob.link_index[hum.LIMB_LINK[c.limb]] for c in contacts}
+    rows, lo = [], []
+    for bid in model.scene_ids:
+        for cp in p.getClosestPoints(rob.body, bid, margin, physicsClientId=model.client):
+            if cp[3] in skip:
+                continue
+            Jl, _ = rob.jacobians(cp[3], np.asarray(cp[5])[None])
+            r = np.zeros(nv)
+            r[:27] = np.asarray(cp[7]) @ Jl[0]      # normal on the scene, pointing to the robot
+            rows.append(r[None])
+            lo.append(min(0.005 - cp[8], 0.01))
+    return rows, lo
+
+
+# ---------------------------------------------------------------------- the search
+def _feet_mid(model: StanceModel, stance) -> np.ndarray | None:
+    feet = [model.target(c)[0] for c in stance if c.limb in hum.FEET]
+    return np.mean(feet, axis=0) if feet else None
+
+
+def _heuristic(model: StanceModel, stance, goal: np.ndarray) -> float:
+    """Goal distance in step lengths: of the feet contacts (each missing foot adds half a
+    step), plus a third of that of the hands from a point 1 m above the goal (hands lead: on a
+    ladder or a rail they go up and ahead of the feet)."""
+    feet = [model.target(c)[0] for c in stance if c.limb in hum.FEET]
+    d = np.mean([np.linalg.norm(f - goal) for f in feet]) if feet else 10.0
+    hands = [model.target(c)[0] for c in stance if c.limb in hum.HANDS]
+    lead = goal + np.array([0.0, 0.0, 1.0])
+    dh = np.mean([np.linalg.norm(h - lead) for h in hands]) if hands else 1.0
+    return (d + dh / 3.0) / STEP_LENGTH + 0.5 * (2 - len(feet))
+
+
+def start_state(model: StanceModel):
+    """The env's initial configuration and the stance it stands in (both soles on the floor)."""
+    hum.place_standing(model.robot, x=0.0)
+    base, quat, q = model.robot.get_state()[:3]
+    stance = tuple(sorted(Contact(f, "floor", float(model.limb_ref(f)[0])) for f in hum.FEET))
+    # settle the configuration on exact targets
+    res = solve_ik(model, (base, quat, q), stance, stance)
+    if res is None:
+        return None, stance
+    return res[0], stance
+
+
+def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 400,
+         goal: np.ndarray | None = None, goal_radius: float | None = None) -> Plan:
+    """Best-first search for a stance sequence from the start stance to one with both feet
+    within ``goal_radius`` (default: the task's) of ``goal`` (default: the task's)."""
+    t0 = time.perf_counter()
+    model = StanceModel(task)
+    goal = task.goal() if goal is None else np.asarray(goal, float)
+    radius = task.goal_radius if goal_radius is None else float(goal_radius)
+    out = Plan("exhausted")
+    try:
+        step0, stance0 = start_state(model)
+        out.ik_calls += 1
+        if step0 is None:
+            out.status = "exhausted"
+            return out
+        counter = 0
+        queue = [(_heuristic(model, stance0, goal), counter, stance0, step0, None)]
+        parents: dict[tuple, tuple] = {}
+        seen = {stance_key(stance0)}
+        nodes = {}
+        while queue:
+            if time.perf_counter() - t0 > time_limit or out.nodes >= max_nodes:
+                out.status = "budget"
+                return out
+            f, _, stance, step, parent = heapq.heappop(queue)
+            key = stance_key(stance)
+            nodes[key] = (stance, step, parent)
+            out.nodes += 1
+            mid = _feet_mid(model, stance)
+            if (mid is not None and sum(c.limb in hum.FEET for c in stance) == 2
+                    and np.linalg.norm(mid - goal) <= radius):
+                out.status = "solved"
+                chain = []
+                while key is not None:
+                    st, sp, par = nodes[key]
+                    chain.append((st, sp))
+                    key = par
+                chain.reverse()
+                out.stances = [c[0] for c in chain]
+                out.steps = [c[1] for c in chain]
+                return out
+            x0 = (step.base_pos, step.base_quat, step.q)
+            g_cost = f - _heuristic(model, stance, goal)
+            for child, cstep in _neighbours(model, stance, x0, goal, out):
+                ck = stance_key(child)
+                if ck in seen:
+                    continue
+                seen.add(ck)
+                counter += 1
+                prio = g_cost + 0.2 + _heuristic(model, child, goal)
+                heapq.heappush(queue, (prio, counter, child, cstep, key))
+                if time.perf_counter() - t0 > time_limit:
+                    break
+        out.status = "exhausted"
+        return out
+    finally:
+        out.seconds = time.perf_counter() - t0
+        model.close()
+
+
+def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
+    """Adjacent stances reachable by the IK: Adj+ (each free limb on each surface it may touch,
+    position chosen by the IK) then Adj- (each contact released)."""
+    used = {c.limb for c in stance}
+    model.set(x0)
+    for limb in hum.LIMBS:
+        if limb in used:
+            continue
+        here = model.limb_ref(limb)
+        for s in model.surfaces.values():
+            if limb not in s.limbs:
+                continue
+            t = np.asarray(s.t, float)
+            # where the limb is now, along the surface; reach at most REACH ahead, 0.2 m back
+            u_now = float((here - np.asarray(s.origin)) @ t)
+            lo, hi = max(s.u_range[0], u_now - 0.2), min(s.u_range[1], u_now + REACH)
+            if s.kind == "bar" and s.u_range[0] == s.u_range[1]:
+                lo = hi = s.u_range[0]
+                if np.linalg.norm(model.target(Contact(limb, s.name, lo))[0] - here) > 0.7:
+                    continue
+            if lo > hi:
+                continue
+            goal_dir = float(np.sign((goal - s.point(0.5 * (lo + hi))) @ t)) or 1.0
+            free = Contact(limb, s.name, float(np.clip(u_now + 0.25 * goal_dir, lo, hi)))
+            out.ik_calls += 1
+            res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
+                           goal_dir=goal_dir)
+            if res is not None:
+                yield tuple(sorted(res[0].touching)), res[0]
+    if len(stance) >= 2:
+        for c in stance:
+            rest = tuple(x for x in stance if x is not c)
+            out.ik_calls += 1
+            res = solve_ik(model, x0, stance, rest)
+            if res is not None:
+                yield rest, res[0]
+
+
+# ---------------------------------------------------------------------- the independent checker
+def check_step(task: MultiContactTask, step: Step, *, force_tol: float = 1.0, pos_tol: float = 5e-3) -> list[str]:
+    """Verify a plan step without the planner's Jacobians or QPs. Returns the violations
+    (empty: valid): joint limits; every touching contact's points on its surface; forces in the
+    true friction cones (grasps within the grip force); the Newton-Euler residual of the whole
+    robot (gravity at the CoM, forces at their points) below ``force_tol`` (N and N m); each
+    joint's torque, from the moments about its axis of the gravity and forces on its subtree,
+    within limits and equal to the step's; no collision."""
+    model = StanceModel(task)
+    rob = model.robot
+    bad = []
+    try:
+        if np.any(step.q < rob.lower - 1e-6) or np.any(step.q > rob.upper + 1e-6):
+            bad.append("joint limits")
+        model.set((step.base_pos, step.base_quat, step.q))
+        for c in step.touching:
+            tgt, _ = model.target(c)
+            if np.linalg.norm(tgt - model.limb_ref(c.limb)) > pos_tol:
+                bad.append(f"{c.limb} off its contact on {c.surface}")
+        for limb, pt, f, kind, n, mu in step.points:
+            if kind == "grasp":
+                if np.linalg.norm(f) > math.sqrt(3) * hum.GRIP_FORCE + force_tol:
+                    bad.append(f"{limb} grip force")
+            else:
+                fn = float(f @ n)
+                ft = float(np.linalg.norm(f - fn * n))
+                if fn < -1e-6 * max(1.0, np.linalg.norm(f)) or ft > mu * fn + 1e-6 * max(1.0, np.linalg.norm(f)):
+                    bad.append(f"{limb} force outside its friction cone")
+        # Newton-Euler with independent mass properties (link masses and COMs from pybullet)
+        c, b = model.client, rob.body
+        n_links = p.getNumJoints(b, physicsClientId=c)
+        coms = [np.asarray(p.getBasePositionAndOrientation(b, physicsClientId=c)[0])]
+        masses = [p.getDynamicsInfo(b, -1, physicsClientId=c)[0]]
+        for j in range(n_links):
+            coms.append(np.asarray(p.getLinkState(b, j, computeForwardKinematics=True, physicsClientId=c)[0]))
+            masses.append(p.getDynamicsInfo(b, j, physicsClientId=c)[0])
+        coms, masses = np.array(coms), np.array(masses)
+        gvec = np.array([0.0, 0.0, -hum.GRAVITY])
+        F = sum(f for _, _, f, *_ in step.points) + masses.sum() * gvec
+        M = sum(np.cross(pt, f) for _, pt, f, *_ in step.points) + sum(
+            np.cross(x, m * gvec) for x, m in zip(coms, masses))
+        if np.abs(F).max() > force_tol or np.abs(M).max() > force_tol:
+            bad.append(f"equilibrium residual {max(np.abs(F).max(), np.abs(M).max()):.3g}")
+        # joint torques from moments about each joint axis over its subtree
+        parent = [p.getJointInfo(b, j, physicsClientId=c)[16] for j in range(n_links)]
+
+        def in_subtree(link, j):
+            while link >= 0:
+                if link == j:
+                    return True
+                link = parent[link]
+            return False
+
+        limb_link = {l: rob.link_index[hum.LIMB_LINK[l]] for l in hum.LIMBS}
+        for k, j in enumerate(rob.joints):
+            j = int(j)
+            st = p.getLinkState(b, j, computeForwardKinematics=True, physicsClientId=c)
+            Rj = np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
+            ax = np.asarray(p.getJointInfo(b, j, physicsClientId=c)[13], float)
+            a, o = Rj @ (ax / np.linalg.norm(ax)), np.asarray(st[4])
+            mom = sum(np.cross(coms[l + 1] - o, masses[l + 1] * gvec) for l in range(n_links) if in_subtree(l, j))
+            mom = mom + sum(np.cross(pt - o, f) for limb, pt, f, *_ in step.points if in_subtree(limb_link[limb], j))
+            tau = -float(a @ mom)
+            if abs(tau) > hum.TORQUE_LIMITS[k] * 1.01 + force_tol:
+                bad.append(f"{hum.JOINTS[k]} torque {tau:.1f} over its limit")
+            if abs(tau - step.tau[k]) > force_tol + 0.01 * abs(tau):
+                bad.append(f"{hum.JOINTS[k]} torque {step.tau[k]:.1f} != statics {tau:.1f}")
+        if model.collides(step.touching):
+            bad.append("collision")
+    finally:
+        model.close()
+    return bad

@@ -1,0 +1,55 @@
+"""The ``stance`` expert: registered, its QP controller balances the real dynamics; a full climb (slow)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import taigym
+from taigym.agents.stance import StanceAgent
+from taigym.envs.multicontact_tasks import MultiContactTask
+from taigym.planners import stance as st
+from taigym.sim import humanoid as hum
+
+
+def test_registered():
+    assert "stance" in taigym.agents.available()
+
+
+def test_qp_controller_shifts_the_com_in_torque_control():
+    """With torques from the QP only (no PD servo), the robot stands and moves its CoM 4 cm."""
+    task = MultiContactTask(family="step")
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = StanceAgent(env)
+    agent.model, agent._task = st.StanceModel(task), task
+    agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    com0 = agent.model.robot.com_and_jacobian()[0]
+    target = com0 + np.array([0.04, 0.0, 0.0])
+    feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+    agent.phases = [dict(kind="hold", support=feet, com=target, q=obs[:21].astype(float),
+                         quat=obs[45:49].astype(float))]
+    agent.k, agent.t_phase, agent.grip = 0, 0.0, {h: False for h in hum.HANDS}
+    for _ in range(150):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        assert not term
+    agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    com = agent.model.robot.com_and_jacobian()[0]
+    assert np.linalg.norm(com[:2] - target[:2]) < 0.015
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()
+
+
+@pytest.mark.slow
+def test_expert_climbs_a_step():
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "step"][0]
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = taigym.agents.make("stance", env)
+    agent.reset(seed=0)
+    assert agent.plan.solved
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(agent.act(obs, info))
+        done = term or trunc
+    assert info["success"] and not info["fell"]

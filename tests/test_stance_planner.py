@@ -1,0 +1,58 @@
+"""Seed 003's stance planner: the independent checker, a simple solved scene, unreachable goals."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from taigym.envs.multicontact_tasks import MultiContactTask
+from taigym.planners import stance as st
+
+TASK = MultiContactTask(family="gap", start=0.45, size=0.4)
+
+
+@pytest.fixture(scope="module")
+def start_step():
+    model = st.StanceModel(TASK)
+    try:
+        step, _ = st.start_state(model)
+        step.mass = model.robot.total_mass
+    finally:
+        model.close()
+    assert step is not None
+    return step
+
+
+def test_checker_accepts_the_start_stance(start_step):
+    assert st.check_step(TASK, start_step) == []
+    total = sum(f for _, _, f, *_ in start_step.points)
+    assert total[2] == pytest.approx(start_step.mass * 9.81, rel=1e-3)   # the feet carry the weight
+
+
+def test_checker_rejects_bad_stances(start_step):
+    heavy = dataclasses.replace(start_step, points=[(l, x, 1.5 * f, k, n, mu) for l, x, f, k, n, mu in start_step.points])
+    assert any("equilibrium" in v for v in st.check_step(TASK, heavy))
+    l, x, f, k, n, mu = start_step.points[0]
+    slip = [(l, x, f + np.array([2.0 * np.linalg.norm(f), 0.0, 0.0]), k, n, mu)] + start_step.points[1:]
+    assert any("friction cone" in v for v in st.check_step(TASK, dataclasses.replace(start_step, points=slip)))
+    q = start_step.q.copy()
+    q[6] = 0.5          # knee beyond its upper limit (-2 deg)
+    assert "joint limits" in st.check_step(TASK, dataclasses.replace(start_step, q=q))
+    weak = dataclasses.replace(start_step, tau=start_step.tau + 20.0)
+    assert any("!= statics" in v for v in st.check_step(TASK, weak))
+
+
+def test_planner_solves_a_short_walk_and_every_step_checks():
+    plan = st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, time_limit=40.0)
+    assert plan.status == "solved", plan
+    assert len(plan.steps) >= 3
+    for a, b in zip(plan.stances, plan.stances[1:]):      # adjacent: one contact added or removed
+        assert abs(len(a) - len(b)) == 1
+    for step in plan.steps:
+        assert st.check_step(TASK, step) == []
+
+
+def test_unreachable_goal_ends_within_budget():
+    plan = st.plan(TASK, goal=np.array([0.0, 0.0, 5.0]), time_limit=4.0)
+    assert plan.status in ("budget", "exhausted") and not plan.solved
+    assert plan.seconds < 4.0 + 3.0
