@@ -483,8 +483,6 @@ def test_vector_env_with_obstacles_matches_single_envs_and_clears_unused_slots()
 def test_agents_make_and_act(env):
     with pytest.raises(ValueError, match="available"):
         taigym.agents.make("oracle", env)
-    with pytest.raises(ValueError, match="not implemented"):
-        taigym.agents.make("cmaes", env)
     with pytest.raises(ValueError, match="Transport"):
         taigym.agents.make("sfrrt", env)  # plans transport, not pouring
     with pytest.raises(ValueError, match="accepted"):
