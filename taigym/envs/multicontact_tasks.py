@@ -35,9 +35,10 @@ import functools
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from ._checks import bounded_float
 
 FAMILIES = ("step", "gap", "slope", "ladder")
 SPLIT_SIZES = {"train": 1000, "eval": 100}
@@ -78,16 +79,6 @@ class Surface:
         return np.asarray(self.origin) + u * np.asarray(self.t)
 
 
-def _float(name: str, value: Any, lo: float, hi: float) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
-    return v
-
-
 @dataclass(frozen=True)
 class MultiContactTask:
     """One multi-contact locomotion problem (SI units, angles in rad).
@@ -109,12 +100,12 @@ class MultiContactTask:
             raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {self.family!r}")
         set_ = functools.partial(object.__setattr__, self)
         r = RANGES[self.family]
-        set_("start", _float("start", self.start, 0.2, 1.0))
+        set_("start", bounded_float("start", self.start, 0.2, 1.0))
         name = {"step": "height", "gap": "width", "slope": "angle", "ladder": "angle"}[self.family]
         lo, hi = r[name]
-        set_("size", _float(f"size ({self.family} {name})", self.size, 0.8 * lo, 1.1 * hi))
-        set_("spacing", _float("spacing", self.spacing, 0.2, 0.35))
-        set_("goal_distance", _float("goal_distance", self.goal_distance, 0.5, 1.5))
+        set_("size", bounded_float(f"size ({self.family} {name})", self.size, 0.8 * lo, 1.1 * hi))
+        set_("spacing", bounded_float("spacing", self.spacing, 0.2, 0.35))
+        set_("goal_distance", bounded_float("goal_distance", self.goal_distance, 0.5, 1.5))
 
     # ------------------------------------------------------------------ geometry
     def scene(self) -> tuple[list, list]:

@@ -488,7 +488,7 @@ class _Member:
     def __init__(self) -> None:
         self.task: PourTask | None = None
         self.source = self.target = None
-        self.s_region = self.t_region = None
+        self.s_region = None
         self.t_walls = None
         self.s_box = self.t_box = (0.0, 0.0, 0.0, 0.0)  # solids' bounding boxes, own frames (m)
         self.t_half_width = 0.0
@@ -644,7 +644,7 @@ class PourBatch:
         """Member b's geometry, poses, clock and per-task state vector (any fidelity)."""
         m = self.members[b]
         m.task, m.source, m.target = task, source, target
-        m.s_region, m.t_region = _Region(source), _Region(target)
+        m.s_region = _Region(source)
         m.solid_pts = solid_pts
         m.obst = obst
         # sub-moves no longer than half the thinnest obstacle plus S's wall cannot cross it
