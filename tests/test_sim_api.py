@@ -195,3 +195,30 @@ def test_containing_body_agrees_with_the_fractions_and_the_polygon():
     local = (x - (px, py)) @ np.array([[c, -s], [s, c]])
     inside = shape.contains(local)
     assert np.mean(inside == (owner == cup)) > 0.995   # float32 on the device vs float64 here
+
+
+def test_height_probe_is_the_highest_particle_over_each_column():
+    """The liquid-height probe measured with the diagnostics: in the tilted cup's own frame, each
+    column's height is that of its highest particle within the band (float32 on the device), the
+    band's bottom where the column is empty; a column beside the cup stays empty."""
+    world, cup = _scene(tilt_rate=-3.0)
+    columns = np.array([[-0.04, -0.02], [-0.02, 0.0], [0.0, 0.02], [0.02, 0.04], [0.3, 0.4]])
+    band = (-0.005, 0.1)
+    world.set_height_probe(cup, columns, band)
+    _run(world, cup, steps=6, tilt_rate=-3.0)
+    (px, py, th), x = world.pose(cup), world.positions()
+    c, s = np.cos(th), np.sin(th)
+    local = (x - (px, py)) @ np.array([[c, -s], [s, c]])
+    heights = world.heights_all()[0, :len(columns)]
+    expected = []
+    for lo, hi in columns:
+        y = local[(local[:, 0] >= lo) & (local[:, 0] <= hi) & (local[:, 1] >= band[0]) &
+                  (local[:, 1] <= band[1]), 1]
+        expected.append(y.max() if len(y) else band[0])
+    assert np.allclose(heights, expected, atol=1e-5)
+    assert heights[:4].max() > 0.02 and heights[4] == pytest.approx(band[0])
+    with pytest.raises(ValueError, match="columns"):
+        world.set_height_probe(cup, [[0.1, 0.0]], band)
+    world.set_height_probe(None)
+    world.advance(0.05)
+    assert np.all(world.heights_all()[0] == 0.0)       # off: y_lo of the cleared probe

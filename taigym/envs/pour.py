@@ -129,6 +129,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from taigym.sim.constants import MAX_PROBE_COLUMNS
+
 from . import render as _render
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
@@ -236,7 +238,7 @@ class PourConfig:
         if self.max_particles is not None:
             _check_number("max_particles", self.max_particles, 1, 10_000_000, integer=True)
         _check_number("n_particles", self.n_particles, 1, 100_000, integer=True)
-        _check_number("heightfield_bins", self.heightfield_bins, 2, 256, integer=True)
+        _check_number("heightfield_bins", self.heightfield_bins, 2, MAX_PROBE_COLUMNS, integer=True)
         for name in ("image_size", "render_size"):
             v = getattr(self, name)
             if not (isinstance(v, (tuple, list)) and len(v) == 2 and
@@ -506,10 +508,10 @@ class _Member:
         self.steps = 0
         self.prev_action = np.zeros(3)
         self.n = 0
-        self.in_t = np.zeros(0, bool)
-        self.earned = np.zeros(0)
+        # views of the batch's rows (PourBatch._x, _in_t, _earned), updated in place each step:
         self.x = np.zeros((0, 2))      # particle positions after the last step (m)
-        self.prev_x = np.zeros((0, 2))
+        self.in_t = np.zeros(0, bool)  # which particles are inside T
+        self.earned = np.zeros(0)      # R_p each particle in T earned as it entered
         self.v = None                  # velocities, read lazily (render, particles obs)
         self.spilled = 0.0
         self.hist = None
@@ -565,6 +567,16 @@ class PourBatch:
             w.add_body(sim.Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), pose=PARKED_POSE)
         w.build()
         self.world, self._key = w, key
+
+    def _allocate_rows(self) -> None:
+        """The members' particle state as rows of (B, capacity) arrays, so that a step measures
+        every member in one set of NumPy calls (a scene has a few hundred particles: per-member
+        calls would cost more than the arithmetic)."""
+        if getattr(self, "_x", None) is None:
+            shape = (self.B, self.cfg.capacity)
+            self._x = np.zeros((*shape, 2))    # positions after the last step, m
+            self._in_t = np.zeros(shape, bool)
+            self._earned = np.zeros(shape)
 
     def release(self) -> None:
         """Hand the world back to the pool, for the next env with the same grid and batch size.
@@ -627,17 +639,24 @@ class PourBatch:
                 w.set_body(handle, shape, pose, (0.0, 0.0, 0.0), member=b)
                 self._slots[b][i] = (shape, pose)
         w.set_viscosity(task.viscosity, member=b)
+        columns = self._probe_columns(source)
+        w.set_height_probe(None if columns is None else SOURCE, columns,
+                           (-source.radius, 1.5 * source.height), member=b)
         w.reseed(jitter_seed, member=b)
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
         m = self._init_member(b, task, source, target, solid_pts, obst)
-        m.n = w.particle_count(b)
-        x = np.nan_to_num(w.positions(b))
-        m.x, m.prev_x, m.v = x, x, None
-        m.earned = np.zeros(m.n)
-        owner = w.containing_body_all()[b]
-        m.in_t = owner == TARGET
-        fr = self._fractions(m, x, owner == SOURCE, x)
-        self._finish_reset(b, fr, self._frame(m, to_local(x, m.s_pose)))
+        self._allocate_rows()
+        n = m.n = w.particle_count(b)
+        x, owner = w.particle_arrays()
+        self._x[b, :n] = np.nan_to_num(x[b, :n])
+        self._in_t[b] = False
+        self._in_t[b, :n] = owner[b, :n] == TARGET
+        self._earned[b] = 0.0
+        m.x, m.in_t, m.earned, m.v = self._x[b, :n], self._in_t[b, :n], self._earned[b, :n], None
+        x = self._x[b:b + 1, :n]
+        fr = self._fractions([m], x, x, owner[b:b + 1, :n] < 0, w.in_body_counts()[b:b + 1])
+        frames = self._frames([b], [m])
+        self._finish_reset(b, fr[0], np.zeros(0) if frames is None else frames[0])
 
     def _init_member(self, b: int, task: PourTask, source, target, solid_pts: np.ndarray,
                      obst: list[tuple]) -> _Member:
@@ -717,26 +736,32 @@ class PourBatch:
                                  f"{t_hi[1]:.3f}] m)")
 
     # ------------------------------------------------------------------ geometry
-    def _fractions(self, m: _Member, x: np.ndarray, in_s: np.ndarray, prev_x: np.ndarray) -> dict:
-        """Fractions of the liquid in S, in T, in flight and spilled.
+    def _fractions(self, ms: list, x: np.ndarray, prev_x: np.ndarray, out: np.ndarray,
+                   in_body: np.ndarray) -> list[dict]:
+        """Fractions of the liquid in S, in T, in flight and spilled of members ``ms`` (rows of
+        the (k, P) arrays; ``out`` marks their particles outside both containers, ``in_body``
+        (k, bodies) counts those inside each).
 
         Liquid outside both containers is spilled if it is slow (moved less than 5 cm/s over
         the last step, from ``prev_x`` to ``x``) or below the level of T's opening (it can no
         longer reach T, e.g. sliding on the floor), else in flight.
         """
-        n = max(m.n, 1)
-        out = ~(in_s | m.in_t)
-        n_s, n_t = int(np.count_nonzero(in_s)), int(np.count_nonzero(m.in_t))
-        if not out.any():             # no liquid outside both containers: nothing to classify
-            n_sp = 0
-        else:
-            xo = x[out]
-            d = xo - prev_x[out]
+        n_s, n_t = in_body[:, SOURCE], in_body[:, TARGET]
+        n_sp = np.zeros(len(ms), np.int64)
+        if out.any():                 # else no liquid outside both containers to classify
+            i, j = np.nonzero(out)
+            xo = x[i, j]
+            d = xo - prev_x[i, j]
             speed2 = np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2
-            rim = m.t_pose[1] + m.t_oc[1]
-            n_sp = int(np.count_nonzero((speed2 < SETTLE_SPEED ** 2) | (xo[:, 1] < rim)))
-        return {"in": {SOURCE: n_s / n, TARGET: n_t / n}, "spilled": n_sp / n,
-                "in_flight": (m.n - n_s - n_t - n_sp) / n}
+            rim = np.array([m.t_pose[1] + m.t_oc[1] for m in ms])
+            spilled = (speed2 < SETTLE_SPEED ** 2) | (xo[:, 1] < rim[i])
+            n_sp = np.bincount(i[spilled], minlength=len(ms))
+        fractions = []
+        for m, s_, t_, sp in zip(ms, n_s.tolist(), n_t.tolist(), n_sp.tolist()):
+            n = max(m.n, 1)
+            fractions.append({"in": {SOURCE: s_ / n, TARGET: t_ / n}, "spilled": sp / n,
+                              "in_flight": (m.n - s_ - t_ - sp) / n})
+        return fractions
 
     @staticmethod
     def _near(m: _Member, x: float, y: float, theta: float, t_pose) -> tuple[bool, bool]:
@@ -856,32 +881,31 @@ class PourBatch:
         return cur.copy(), bool(np.any(delta != 0)), max(p0_t, p0_o)
 
     # ------------------------------------------------------------------ features
-    def _frame(self, m: _Member, loc: np.ndarray) -> np.ndarray:
-        """Heightfield (bins) or lip heights (2) of the liquid in S's frame (``loc``: particles
-        in S's frame), / S's height."""
-        cfg = self.cfg
-        if cfg.obs_mode not in ("features", "lip"):
-            return np.zeros(0)
-        s, reg = m.source, m.s_region
-        h, r = s.height, s.radius
-        xlo, xhi = reg.lo[0], reg.hi[0]
-        sel = (loc[:, 1] >= -r) & (loc[:, 1] <= 1.5 * h) & (loc[:, 0] >= xlo) & (loc[:, 0] <= xhi)
-        loc = loc[sel]
-        y = np.minimum(np.maximum(loc[:, 1] * (1.0 / h), 0.0), 1.5)
-        if cfg.obs_mode == "features":
-            nb = cfg.heightfield_bins
-            k = np.minimum(((loc[:, 0] - xlo) * (nb / (xhi - xlo))).astype(np.int64), nb - 1)
-            out = np.zeros(nb)
-            np.maximum.at(out, k, y)
-            return out
-        band = max(0.2 * s.width, 1.5 * self.world.spacing)
-        (lx, _), (rx, _) = s.lips
-        out = np.zeros(2)
-        for i, lip_x in enumerate((lx, rx)):
-            near = np.abs(loc[:, 0] - lip_x) <= band
-            if near.any():
-                out[i] = y[near].max()
-        return out
+    def _probe_columns(self, source) -> np.ndarray | None:
+        """The columns in S's frame (m) over which the solver measures the liquid's height for the
+        observation: ``heightfield_bins`` equal columns across S's interior (features), or a band
+        around each lip, within the interior's span (lip); None in the other obs modes."""
+        poly = np.asarray(source.interior)
+        lo, hi = poly[:, 0].min(), poly[:, 0].max()
+        if self.cfg.obs_mode == "features":
+            edges = np.linspace(lo, hi, self.cfg.heightfield_bins + 1)
+            return np.stack([edges[:-1], edges[1:]], axis=1)
+        if self.cfg.obs_mode == "lip":
+            band = max(0.2 * source.width, 1.5 * 0.5 * self.cfg.dx)   # 1.5 particle spacings at least
+            (lx, _), (rx, _) = source.lips
+            return np.array([[max(lo, x - band), min(hi, x + band)] for x in (lx, rx)])
+        return None
+
+    def _frames(self, rows, ms: list) -> np.ndarray | None:
+        """(k, bins) heightfields or (k, 2) lip heights of members ``ms`` (``rows`` of the batch):
+        the height of the liquid in S's frame over each probe column, / S's height, in [0, 1.5]
+        (0: no liquid; the probe counts liquid from a wall radius below S's inner bottom up to
+        1.5 S's heights); None in the other obs modes."""
+        if self.cfg.obs_mode not in ("features", "lip"):
+            return None
+        heights = self.world.heights_all()[rows, :self._frame_size()]
+        inv_h = np.array([1.0 / m.source.height for m in ms])[:, None]
+        return np.minimum(np.maximum(heights * inv_h, 0.0), 1.5)
 
     def _fill_state(self, m: _Member, st: np.ndarray) -> None:
         """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped)."""
@@ -963,11 +987,11 @@ class PourBatch:
             vels[b, TARGET] = (t_next - members[b].t_pose) / dt
         w.set_poses(poses, vels)
         w.advance(dt)
-        unstable = w.unstable_members().tolist()
-        xs, owners = w.positions_all(), w.containing_body_all()
-        for b, a, s_next, s_vel, t_next, clipped, pen in plans:
-            x = np.nan_to_num(xs[b]) if unstable[b] else xs[b]
-            self._after_step(b, x, owners[b], a, s_next, s_vel, t_next, clipped, pen, bool(unstable[b]))
+        unstable = w.unstable_members()
+        x, owner = w.particle_arrays()
+        if unstable.any():
+            x[unstable] = np.nan_to_num(x[unstable])
+        self._after_step(plans, x, owner, unstable)
 
     def _advance_clock(self, m: _Member, s_next, s_vel, t_next) -> None:
         """Move member m's poses, velocities and clock on by one control step."""
@@ -977,45 +1001,69 @@ class PourBatch:
         m.time += CONTROL_DT
         m.steps += 1
 
-    def _after_step(self, b: int, x: np.ndarray, owner: np.ndarray, a, s_next, s_vel, t_next, clipped: bool,
-                    pen: float, unstable: bool) -> None:
-        """Member b's rewards, fractions and features from its particles after the step: ``x``
-        (N, 2) positions and ``owner`` (N,), the body whose interior holds each (the solver's
-        measure, so that the env does not test every particle against the polygons again)."""
-        m = self.members[b]
-        t_prev_pose = m.t_pose
-        self._advance_clock(m, s_next, s_vel, t_next)
-        m.unstable = unstable
-        prev_x = m.prev_x
-        m.x, m.prev_x, m.v = x, x, None
-        # seed 001's R_p for particles crossing T's opening this step; refunds for those leaving
-        in_t = owner == TARGET
-        r = 0.0
-        changed = in_t != m.in_t
-        if changed.any():
-            entered, left = changed & in_t, changed & m.in_t
-        else:
-            entered = left = changed
-        if np.count_nonzero(entered):
-            lp = to_local(prev_x[entered], t_prev_pose)
-            ln = to_local(x[entered], m.t_pose)
-            oc, half_w = m.t_oc, m.t_half_width
+    def _after_step(self, plans: list[tuple], x: np.ndarray, owner: np.ndarray,
+                    unstable: np.ndarray) -> None:
+        """The stepped members' rewards, fractions and features from their particles, all at
+        once: ``x`` (B, P, 2) positions and ``owner`` (B, P), the body whose interior holds
+        each (the solver's measure, so that the env does not test every particle against the
+        polygons again); ``plans`` as ``_moves`` gives them."""
+        if not plans:
+            return
+        rows = np.array([p[0] for p in plans], np.int64)
+        every = len(rows) == self.B
+        ms = self.members if every else [self.members[b] for b in rows]
+        sel = slice(None) if every else rows         # a slice: views, not copies
+        t_prev = np.array([m.t_pose for m in ms])
+        for m, (_, _, s_next, s_vel, t_next, _, _) in zip(ms, plans):
+            self._advance_clock(m, s_next, s_vel, t_next)
+        P = x.shape[1]
+        x, owner = x[sel], owner[sel]
+        in_t, out = owner == TARGET, owner < 0       # out: outside both containers
+        counts = [m.n for m in ms]
+        if min(counts) < P:                          # rows past a member's count are padding
+            valid = np.arange(P) < np.array(counts)[:, None]
+            in_t &= valid
+            out &= valid
+        prev_x, prev_in_t = self._x[sel, :P], self._in_t[sel, :P]
+        r = self._target_reward(rows, ms, t_prev, prev_x, x, prev_in_t, in_t)
+        fr = self._fractions(ms, x, prev_x, out, self.world.in_body_counts()[sel])
+        self._x[sel, :P], self._in_t[sel, :P] = x, in_t       # the members' views see them
+        frames = self._frames(sel, ms)
+        for i, (m, (b, a, _, _, _, clipped, pen)) in enumerate(zip(ms, plans)):
+            m.unstable, m.v = bool(unstable[b]), None
+            self._finish_step(b, a, fr[i], r[i] / max(m.n, 1), None if frames is None else frames[i],
+                              clipped, pen)
+
+    def _target_reward(self, rows: np.ndarray, ms: list, t_prev: np.ndarray, prev_x: np.ndarray,
+                       x: np.ndarray, prev_in_t: np.ndarray, in_t: np.ndarray) -> np.ndarray:
+        """Seed 001's R_p = (W - dist) / W summed over the particles that crossed T's opening
+        this step (dist from the opening's centre where they crossed it, W its half-width),
+        less what the particles that left T had earned, per member (rows of the arrays)."""
+        r = np.zeros(len(ms))
+        changed = in_t != prev_in_t
+        if not changed.any():
+            return r
+        i, j = np.nonzero(changed & in_t)
+        if len(i):
+            t_next = np.array([m.t_pose for m in ms])
+            oc = np.array([m.t_oc for m in ms])[i]
+            half_w = np.array([m.t_half_width for m in ms])[i]
+            # T is never rotated: its frame is a translation
+            lp, ln = prev_x[i, j] - t_prev[i, :2], x[i, j] - t_next[i, :2]
             dy = ln[:, 1] - lp[:, 1]
             ok = np.abs(dy) > 1e-12
-            t = np.where(ok, (oc[1] - lp[:, 1]) / np.where(ok, dy, 1.0), 1.0)
+            t = np.where(ok, (oc[:, 1] - lp[:, 1]) / np.where(ok, dy, 1.0), 1.0)
             t = np.minimum(np.maximum(t, 0.0), 1.0)
-            cx = lp[:, 0] + t * (ln[:, 0] - lp[:, 0]) - oc[0]
-            cy = lp[:, 1] + t * (ln[:, 1] - lp[:, 1]) - oc[1]
-            rp = np.maximum(1.0 - np.sqrt(cx * cx + cy * cy) * (1.0 / half_w), 0.0)
-            m.earned[entered] = rp
-            r += rp.sum()
-        if np.count_nonzero(left):
-            r -= m.earned[left].sum()
-            m.earned[left] = 0.0
-        m.in_t = in_t
-        fr = self._fractions(m, x, owner == SOURCE, prev_x)
-        frame = self._frame(m, to_local(x, m.s_pose)) if self.cfg.obs_mode in ("features", "lip") else None
-        self._finish_step(b, a, fr, r / max(m.n, 1), frame, clipped, pen)
+            cx = lp[:, 0] + t * (ln[:, 0] - lp[:, 0]) - oc[:, 0]
+            cy = lp[:, 1] + t * (ln[:, 1] - lp[:, 1]) - oc[:, 1]
+            rp = np.maximum(1.0 - np.sqrt(cx * cx + cy * cy) / half_w, 0.0)
+            self._earned[rows[i], j] = rp
+            r += np.bincount(i, weights=rp, minlength=len(ms))
+        i, j = np.nonzero(changed & prev_in_t)
+        if len(i):
+            r -= np.bincount(i, weights=self._earned[rows[i], j], minlength=len(ms))
+            self._earned[rows[i], j] = 0.0
+        return r
 
     def _finish_step(self, b: int, a, fr: dict, r_target: float, frame, clipped: bool,
                      pen: float) -> None:

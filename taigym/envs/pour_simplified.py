@@ -186,7 +186,7 @@ class SimplifiedPourBatch(PourBatch):
         m = self._init_member(b, task, source, target, solid_pts, obst)
         m.liq = SimplifiedMember(task, source, target, task.obstacles)
         m.n = 0
-        m.x = m.prev_x = np.zeros((0, 2))
+        m.x = np.zeros((0, 2))
         m.v = np.zeros((0, 2))
         self._prepare_columns(m)
         self._finish_reset(b, self._liquid_fractions(m), self._frame(m, None))

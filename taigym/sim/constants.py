@@ -5,6 +5,8 @@ Kept free of Taichi so that the reference and the facade import no Taichi."""
 D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
 N_DIAG = 8
 
+MAX_PROBE_COLUMNS = 64    # columns of the liquid-height probe (World2D.set_height_probe)
+
 # Algorithm limits both solvers must agree on (dimensionless unless stated).
 ADVECTION_CFL = 0.9       # cells a particle may travel between two pushes out of solids
 BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the step has blown up

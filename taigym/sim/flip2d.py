@@ -34,8 +34,8 @@ import numpy as np
 import taichi as ti
 
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
-                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
-                        VISCOSITY_SKIP)
+                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS, MAX_SUBSTEPS,
+                        N_DIAG, VISCOSITY_SKIP)
 from .geometry import KIND_BOX
 
 # Tolerances and limits (dimensionless unless stated).
@@ -129,6 +129,11 @@ class Flip2D:
         self.in_body = ti.field(ti.i32, shape=(B, K))
         self.container_of = ti.field(ti.i8, shape=(B, P))          # body whose interior holds p, or -1
         self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
+        # liquid-height probe, per scene: (body or -1 for none, y_lo, y_hi, column count) and the
+        # columns' x intervals, in the body's frame (m); the height over each column (m)
+        self.probe = ti.Vector.field(4, ti.f32, shape=B)
+        self.probe_columns = ti.Vector.field(2, ti.f32, shape=(B, MAX_PROBE_COLUMNS))
+        self.heights = ti.field(ti.f32, shape=(B, MAX_PROBE_COLUMNS))
 
     # ------------------------------------------------------------------ bodies
     @ti.func
@@ -719,13 +724,26 @@ class Flip2D:
 
     @ti.func
     def measure(self, b, interval):
-        """Fractions inside each container, in flight and spilled; liquid area (m^2)."""
+        """Fractions inside each container, in flight and spilled; liquid area (m^2); the
+        probe's heights: over each column, the highest particle's y in the probed body's frame
+        among those with y in [y_lo, y_hi], else y_lo."""
         self.set_frames(b, interval)
         for k in range(self.K):
             self.in_body[b, k] = 0
+        probe = self.probe[b]
+        probe_body, y_lo, y_hi = ti.cast(probe[0], ti.i32), probe[1], probe[2]
+        for c in range(MAX_PROBE_COLUMNS):
+            self.heights[b, c] = y_lo
         in_flight, spilled = 0, 0
         for p in range(self.n[b]):
             x = self.x[b, p]
+            if probe_body >= 0:
+                q = self.to_body(b, probe_body, x)
+                if y_lo <= q[1] and q[1] <= y_hi:
+                    for c in range(ti.cast(probe[3], ti.i32)):
+                        col = self.probe_columns[b, c]
+                        if col[0] <= q[0] and q[0] <= col[1]:
+                            self.heights[b, c] = ti.max(self.heights[b, c], q[1])
             inside = 0
             owner = -1
             for k in range(self.nbody[b]):
@@ -795,15 +813,19 @@ class Flip2D:
     @ti.kernel
     def read_state(self, out: ti.types.ndarray(dtype=ti.f32, ndim=2),
                    x_out: ti.types.ndarray(dtype=ti.f32, ndim=3),
-                   owner_out: ti.types.ndarray(dtype=ti.i8, ndim=2)):
+                   owner_out: ti.types.ndarray(dtype=ti.i8, ndim=2),
+                   heights_out: ti.types.ndarray(dtype=ti.f32, ndim=2)):
         """Diagnostics row, then the particle count inside each body: (B, N_DIAG + K); the
-        particle positions (B, P, 2) and the container holding each particle (B, P), as of the
-        last measure: one launch for what the host reads after every advance."""
+        particle positions (B, P, 2), the container holding each particle (B, P) and the probe's
+        heights (B, MAX_PROBE_COLUMNS), as of the last measure: one launch for what the host
+        reads after every advance."""
         for b in range(self.B):
             for d in range(N_DIAG):
                 out[b, d] = self.diagnostics[b, d]
             for k in range(self.K):
                 out[b, N_DIAG + k] = self.in_body[b, k]
+            for c in range(MAX_PROBE_COLUMNS):
+                heights_out[b, c] = self.heights[b, c]
         for b, p in ti.ndrange(self.B, self.P):
             if p < self.n[b]:
                 x_out[b, p, 0] = self.x[b, p][0]

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend
 from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
-                          D_TIME, D_UNSTABLE, N_DIAG)
+                          D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS, N_DIAG)
 from .geometry import KIND_BOX, Box, Container
 
 Shape = Box | Container
@@ -108,6 +108,10 @@ class World2D:
         self._x_read = None            # positions read with the diagnostics (float32, B x P x 2)
         self._x_fresh = False          # ... and still what the solver holds
         self._owner_read = None        # ... with each particle's container (int8, B x P)
+        self._heights_read = None      # ... and the height probe's columns (float32)
+        # height probe per member: (body or -1, y_lo, y_hi, column count), columns (lo, hi)
+        self._probe = np.tile([-1.0, 0.0, 0.0, 0.0], (self.batch_size, 1))
+        self._probe_columns = np.zeros((self.batch_size, MAX_PROBE_COLUMNS, 2))
         self._area0 = np.zeros(self.batch_size)
         # per member: g - a_frame (world axes, m/s^2), origin x, y (m), theta0, omega0, alpha,
         # flag (see set_frame_motion)
@@ -254,6 +258,37 @@ class World2D:
         if self._solver is not None:
             self._upload_viscosity()
 
+    def set_height_probe(self, handle: int | None, columns=(), y_range=(0.0, 0.0), *,
+                         member: int | None = None) -> None:
+        """Measure the liquid's height over body ``handle`` with the diagnostics (after every
+        advance or change of liquid; read by ``heights_all``): for each of ``columns``, x
+        intervals (lo, hi) in the body's frame (m, up to 64), the highest y in the body's frame
+        (m) of the particles in it whose y is within ``y_range`` (lo, hi); ``y_range[0]`` where
+        there are none. ``handle=None`` stops it. Costs no extra launch: seed 001's heightfield
+        of the liquid in the source container, without reading every particle on the host."""
+        idx = self._members_of(member)
+        if handle is None:
+            self._probe[idx] = [-1.0, 0.0, 0.0, 0.0]
+        else:
+            self._check_handle(handle)
+            cols = np.asarray(columns, dtype=np.float64)
+            if cols.ndim != 2 or cols.shape[1] != 2 or not 1 <= len(cols) <= MAX_PROBE_COLUMNS \
+                    or not np.all(np.isfinite(cols)) or np.any(cols[:, 1] < cols[:, 0]):
+                raise ValueError(f"columns must be 1 to {MAX_PROBE_COLUMNS} finite intervals (lo, hi) "
+                                 f"with lo <= hi, got {np.shape(columns)}")
+            lo, hi = _finite_vector("y_range", y_range, 2)
+            if hi < lo:
+                raise ValueError(f"y_range must be (lo, hi) with lo <= hi, got {y_range!r}")
+            self._probe[idx] = [handle, lo, hi, len(cols)]
+            self._probe_columns[idx] = 0.0
+            self._probe_columns[idx, :len(cols)] = cols
+        if self._solver is not None:
+            self._upload_probe()
+
+    def _upload_probe(self) -> None:
+        self._solver.probe.from_numpy(self._probe.astype(np.float32))
+        self._solver.probe_columns.from_numpy(self._probe_columns.astype(np.float32))
+
     def reseed(self, seed: int, *, member: int | None = None) -> None:
         """Restart the particle-jitter random stream of one member (or all) from ``seed``."""
         for b in self._members_of(member):
@@ -315,6 +350,7 @@ class World2D:
         s = self._solver
         self._upload_viscosity()
         self._upload_gravity()
+        self._upload_probe()
         self._diag = np.zeros((self.batch_size, s.diagnostics.shape[1]))
         self._upload_bodies()
         self._upload_particles()
@@ -402,7 +438,8 @@ class World2D:
         if self._x_read is None:
             self._x_read = np.zeros((self.batch_size, self._solver.P, 2), np.float32)
             self._owner_read = np.zeros((self.batch_size, self._solver.P), np.int8)
-        self._solver.read_state(out, self._x_read, self._owner_read)
+            self._heights_read = np.zeros((self.batch_size, MAX_PROBE_COLUMNS), np.float32)
+        self._solver.read_state(out, self._x_read, self._owner_read, self._heights_read)
         self._x_fresh = True
         self._diag = out[:, :N_DIAG].astype(np.float64)
         self._in_body = out[:, N_DIAG:].round().astype(np.int64)
@@ -513,16 +550,34 @@ class World2D:
 
     def positions_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) positions, with one device read."""
-        self._require_built()
-        x = self._x_read if self._x_fresh else self._particle_array("x")
-        return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
+        x, _ = self.particle_arrays()
+        return [x[b, :len(m.x)] for b, m in enumerate(self._members)]
 
     def containing_body_all(self) -> list[np.ndarray]:
         """Every member's (N_b,) int8 array: the handle of the container whose interior polygon
         holds each particle, or -1, as measured with the diagnostics after the last advance (or
         liquid upload): the per-particle version of ``fractions()["in"]``."""
+        _, owner = self.particle_arrays()
+        return [owner[b, :len(m.x)] for b, m in enumerate(self._members)]
+
+    def particle_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (B, P, 2), m, and containing bodies (B, P), as ``containing_body_all``, of
+        every member in two arrays, P the largest member's particle count: member b's particles
+        are the first ``particle_count(b)`` entries of row b; the rest of the row is padding."""
         self._require_built()
-        return [self._owner_read[b, :len(m.x)] for b, m in enumerate(self._members)]
+        P = max(len(m.x) for m in self._members)
+        x = self._x_read if self._x_fresh else self._particle_array("x")
+        return x[:, :P].astype(np.float64), self._owner_read[:, :P]
+
+    def in_body_counts(self) -> np.ndarray:
+        """(B, bodies) particles inside each container's interior polygon, as last measured."""
+        self._require_built()
+        return self._in_body
+
+    def heights_all(self) -> np.ndarray:
+        """(B, 64) heights of the probe's columns (``set_height_probe``), m, as last measured."""
+        self._require_built()
+        return self._heights_read.astype(np.float64)
 
     def velocities_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) velocities, with one device read."""
