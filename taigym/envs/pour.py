@@ -536,6 +536,7 @@ class PourBatch:
         self._key = None
         self._slots: list[list] = []   # (shape, pose) in each member's obstacle slots of the world
         self.members = [_Member() for _ in range(self.B)]
+        self._x = self._in_t = self._earned = None    # particle fidelity: see _allocate_rows
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
         if cfg.obs_mode in ("features", "lip"):
@@ -572,7 +573,7 @@ class PourBatch:
         """The members' particle state as rows of (B, capacity) arrays, so that a step measures
         every member in one set of NumPy calls (a scene has a few hundred particles: per-member
         calls would cost more than the arithmetic)."""
-        if getattr(self, "_x", None) is None:
+        if self._x is None:
             shape = (self.B, self.cfg.capacity)
             self._x = np.zeros((*shape, 2))    # positions after the last step, m
             self._in_t = np.zeros(shape, bool)
