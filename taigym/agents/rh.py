@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from taigym.models.liquid_net import FitConfig, LiquidNet, fit
+from taigym.models.outflow_tables import outflow_tables
 from taigym.planners.cmaes import Reference, target_path
 
 from .base import Agent
@@ -60,13 +61,14 @@ from .cmaes import env_constants
 from .policy import torch_load, torch_save_atomic
 
 GRAVITY = 9.81
+MIN_GRAVITY = 0.25 * GRAVITY    # m/s^2: least effective gravity of the surge angle (S dropping)
 ACTIVE_MARGIN = 0.02            # m: steps this close to contact are checked for collision
 FINAL_CHECKPOINT = "agent.pt"
 PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         prior_scale=(0.02, 0.02, 0.2), smooth_weight=0.05,
                         smooth_scale=(0.004, 0.004, 0.02), collision_weight=1.0, clearance=0.003,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
-                        dribble_weight=1.0)
+                        dribble_weight=1.0, flow_gain=2.0, slosh_time=0.1)
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
                       labels="particles", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256,
                       val_fraction=0.15, seed=0, progress=True)
@@ -77,7 +79,8 @@ class HorizonCost:
     """sum_k C(S_k) of one planning step and its gradient with respect to the K poses."""
 
     def __init__(self, *, pose0, pose_prev, params, prior_poses, rims, tx, tvx, half_width,
-                 s_points, s_radius, segments, seg_radius, cfg: dict, dt: float):
+                 s_points, s_radius, segments, seg_radius, cfg: dict, dt: float,
+                 side: float = 1.0, max_tilt: float = math.pi, liquid_velocity=None):
         self.S0 = np.asarray(pose0, np.float64)
         self.Sm1 = np.asarray(pose_prev, np.float64)
         self.px, self.py, self.vx, self.vy, rho = (float(v) for v in params)
@@ -92,8 +95,16 @@ class HorizonCost:
         self.dt = dt
         self._jet_vx = np.array([[self.vx], [0.0]])
         self._jet_vy = np.array([[self.vy], [0.0]])
-        self._pour_w = (cfg["pour_weight"] * self.rho / self.W ** 2) * \
-            np.array([[1.0], [cfg["dribble_weight"]]])
+        self._pour_w = (cfg["pour_weight"] / self.W ** 2) * np.array([[1.0], [cfg["dribble_weight"]]])
+        self.side, self.max_tilt, self.flow_gain = float(side), float(max_tilt), cfg["flow_gain"]
+        # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
+        # (backward Euler, b = dt / (slosh_time + dt)), u_k S's velocity over step k, v_0 given
+        b = dt / (max(cfg["slosh_time"], 0.0) + dt)
+        k = np.arange(len(prior_poses))
+        decay = (1.0 - b) ** np.maximum(k[:, None] - k[None, :], 0)
+        self.lag = np.tril(b * decay)                                  # (K, K)
+        v0 = np.zeros(2) if liquid_velocity is None else np.asarray(liquid_velocity, np.float64)
+        self.lag0 = ((1.0 - b) ** (k + 1))[:, None] * v0[None, :]      # (K, 2)
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
         self.w_smooth = cfg["smooth_weight"] / np.asarray(cfg["smooth_scale"], np.float64) ** 2
         self.w_coll = cfg["collision_weight"] / max(cfg["clearance"], 1e-3) ** 2
@@ -111,19 +122,14 @@ class HorizonCost:
         lap = full[2:] - 2.0 * full[1:-1] + full[:-2]          # (K, 3): row j centred at S_j
         wl = self.w_smooth * lap
         cost += float(np.sum(wl * lap))
-        g = np.zeros((len(S) + 2, 3))
-        g[2:] += 2.0 * wl
-        g[1:-1] -= 4.0 * wl
-        g[:-2] += 2.0 * wl
-        grad += g[2:]
-        if self.rho > 0.0:
-            c, gc = self._pour(S)
-            cost += c
-            grad += gc
+        grad += _through_laplacian(2.0 * wl)
+        c, gc = self._pour(S, lap)
+        cost += c
+        grad += gc
         c, gc = self._collision(S)
         return cost + c, grad + gc
 
-    def _pour(self, S: np.ndarray):
+    def _pour(self, S: np.ndarray, lap: np.ndarray):
         """rho sum_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
         own velocity v plus S's rigid velocity) and the dribble (``pour_weight`` x
         ``dribble_weight``; S's rigid velocity only), and its gradient. Both parabolas are rows
@@ -138,39 +144,79 @@ class HorizonCost:
         wx, wy = x + ax, y + ay
         jx, jy = c * vx - s * vy, s * vx + c * vy
         om = (th - thp) / dt
-        Vx = jx + (x - xp) / dt - om * ay
-        Vy = jy + (y - yp) / dt + om * ax
+        # the liquid's translational velocity: S's, lagged (slosh; ``slosh_time``)
+        vl = self.lag @ (np.diff(P[:, :2], axis=0) / dt) + self.lag0      # (K, 2)
+        Vx = jx + vl[:, 0] - om * ay
+        Vy = jy + vl[:, 1] + om * ax
         disc = Vy * Vy + 2.0 * g * (wy - self.rims)
         ok = disc > 1e-6
         sD = np.sqrt(np.where(ok, disc, 1e-6))
         tau = (Vy + sD) / g
         rel = Vx - self.tvx
         e = wx + rel * tau - self.tx
-        # derivatives of e with respect to (x, y, theta) of pose k and of pose k - 1, from
-        # d wx = (1, 0, -ay), d wy = (0, 1, ax), d Vx = (1/dt, 0, -jy - ay/dt - om ax),
-        # d Vy = (0, 1/dt, jx + ax/dt - om ay); for pose k - 1: d Vx = (-1/dt, 0, ay/dt),
-        # d Vy = (0, -1/dt, -ax/dt); d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
+        # derivatives of e with respect to (x, y, theta) of pose k, to theta of pose k - 1 and
+        # to the liquid's velocity (vl_x, vl_y) at k, from d wx = (1, 0, -ay), d wy = (0, 1, ax),
+        # d Vx = (0, 0, -jy - ay/dt - om ax) + d vl_x, d Vy = (0, 0, jx + ax/dt - om ay) + d vl_y;
+        # for pose k - 1: d Vx / d theta = ay/dt, d Vy / d theta = -ax/dt;
+        # d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
         ks = np.where(ok, 1.0 / sD, 0.0)
         cy = (1.0 + ks * Vy) / g                  # d tau / d Vy
         cw = ks                                   # d tau / d wy
         inv = 1.0 / dt
         dVx_th = -jy - ay * inv - om * ax
         dVy_th = jx + ax * inv - om * ay
-        de_x = 1.0 + tau * inv
-        de_y = rel * (cy * inv + cw)
+        de_y = rel * cw
         de_th = -ay + tau * dVx_th + rel * (cy * dVy_th + cw * ax)
-        dp_x = -tau * inv
-        dp_y = -rel * cy * inv
+        de_vx, de_vy = tau, rel * cy
         dp_th = tau * ay * inv - rel * cy * ax * inv
-        w = self._pour_w                                         # (2, 1)
+        rho, d_th, d_lap = self._flux(S, lap)                    # (K,), (K,), (K, 2)
+        w = self._pour_w * rho                                   # (2, K)
         we = w * e
+        miss = self._pour_w * e * e                              # (2, K): cost per unit flux
         cost = float((we * e).sum())
         we *= 2.0
-        g_cur = np.stack([we * de_x, we * de_y, we * de_th], -1)      # (2, K, 3)
-        g_prev = np.stack([we * dp_x, we * dp_y, we * dp_th], -1)
-        grad = g_cur[0] + g_cur[1]
-        grad[:-1] += g_prev[0, 1:] + g_prev[1, 1:]
+        grad = np.stack([we.sum(0), (we * de_y).sum(0), (we * de_th).sum(0)], -1)   # (K, 3)
+        grad[:-1, 2] += (we * dp_th).sum(0)[1:]
+        gv = self.lag.T @ np.stack([(we * de_vx).sum(0), (we * de_vy).sum(0)], -1)  # d / d S's velocity
+        gv[:-1] -= gv[1:]
+        grad[:, :2] += gv * inv
+        if d_th is not None:
+            m = miss[0] + miss[1]                                # d cost / d rho_k
+            grad[:, 2] += m * d_th
+            grad[:, :2] += _through_laplacian(m[:, None] * d_lap)
         return cost, grad
+
+    def _flux(self, S: np.ndarray, lap: np.ndarray):
+        """The flux rho_k (K,) weighting step k's pour term, and its derivatives with respect
+        to theta_k (K,) and to the Laplacian's (x, y) rows (K, 2) (None, None if it is constant):
+
+            rho_k = max(rho, rho_floor) + flow_gain relu(phi_k - phi_max)^(3/2).
+
+        The network's rho is that of the current state, but the plan changes the state: liquid
+        leaves S once its free surface reaches the pouring lip, i.e. once S's effective lean
+        phi_k = lean_k + atan2(-side a_x, g + a_y) (the lean towards T plus the tilt of the
+        free surface in S's accelerated frame: braking while moving towards T tips the liquid
+        towards the lip) exceeds the quasi-static max tilt phi_max at S's current volume
+        (``taigym.models.outflow_tables``); past it the flux grows as the head over the lip to
+        the power 3/2 (a weir), the head being about proportional to the excess angle. a is S's
+        acceleration (S_k - 2 S_{k-1} + S_{k-2}) / dt^2 (m/s^2), the Laplacian's row k."""
+        base = np.full(len(S), self.rho)
+        if self.flow_gain <= 0.0:
+            return base, None, None
+        inv2 = 1.0 / (self.dt * self.dt)
+        u = -self.side * lap[:, 0] * inv2                         # m/s^2 towards S's back
+        v_raw = GRAVITY + lap[:, 1] * inv2
+        v = np.maximum(v_raw, MIN_GRAVITY)                        # free fall: the surface is lost
+        r2 = u * u + v * v
+        phi = -self.side * S[:, 2] + np.arctan2(u, v)
+        ex = np.maximum(phi - self.max_tilt, 0.0)
+        sq = np.sqrt(ex)
+        rho = base + self.flow_gain * ex * sq
+        dphi = 1.5 * self.flow_gain * sq                         # d rho / d phi
+        d_th = -self.side * dphi
+        d_lap = np.stack([dphi * (v / r2) * (-self.side) * inv2,
+                          dphi * (-u / r2) * (v_raw > MIN_GRAVITY) * inv2], 1)
+        return rho, d_th, d_lap
 
     def _collision(self, S: np.ndarray):
         """D_k^2 + (D_k - D_{k-1})^2, scaled. The steps checked are those within 2 cm of contact
@@ -218,6 +264,16 @@ class HorizonCost:
         # dD/dpose = -(n_x, n_y, n . d p / d theta), d p / d theta = (-ry, rx)
         dD = -np.stack([nx, ny, -nx * ry[rows, qi] + ny * rx[rows, qi]], 1)
         return D, dD * (D > 0.0)[:, None]
+
+
+def _through_laplacian(g_lap: np.ndarray) -> np.ndarray:
+    """The gradient with respect to S_1..S_K of a function of the Laplacian rows
+    L_k = S_k - 2 S_{k-1} + S_{k-2} (k = 1..K; S_0, S_-1 fixed), given its gradient ``g_lap``
+    (K, n) with respect to them."""
+    g = g_lap.copy()
+    g[:-1] -= 2.0 * g_lap[1:]
+    g[:-2] += g_lap[2:]
+    return g
 
 
 # ---------------------------------------------------------------------- the optimiser
@@ -328,6 +384,7 @@ class RHAgent(Agent):
             raise ValueError(f"the network takes {net.in_dim} inputs but the env's observations have "
                              f"{obs_dim} (obs_mode {self.meta.get('obs_mode', '?')!r}: build the env with it)")
         self.predict = net.numpy_predictor()
+        self.dt, _, self.scale = env_constants(env)
         self._task = None
         self.solve_seconds: list[float] = []        # wall time of each step's plan (s)
         self.solve_cpu_seconds: list[float] = []    # CPU time of this process (s): without the
@@ -336,7 +393,7 @@ class RHAgent(Agent):
     # ------------------------------------------------------------------ episode state
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
-        self._task, self._u = None, None
+        self._task, self._u, self._v_liquid = None, None, None
         self.solve_seconds, self.solve_cpu_seconds = [], []
 
     def _prepare(self, task) -> None:
@@ -345,6 +402,8 @@ class RHAgent(Agent):
         self.ref = Reference(task, wall, self.cfg["lean"])
         source, target = task.source_shape(wall), task.target_shape(wall)
         self.s_points = _source_points(source)
+        self.outflow_tables = outflow_tables(source)
+        self.liquid_area = source.liquid_area(task.fill)          # m^2 (2D) at the start
         self.s_radius = source.radius
         tw = _resample(np.asarray(target.walls, np.float64), 8)
         self.t_a, self.t_b = tw[:-1], tw[1:]
@@ -383,7 +442,13 @@ class RHAgent(Agent):
         return HorizonCost(pose0=pose, pose_prev=pose - vel * dt, params=outflow, prior_poses=prior,
                            rims=tpos[:, 1] + self.t_oc[1], tx=tpos[:, 0] + self.t_oc[0], tvx=tvx,
                            half_width=self.half_width, s_points=self.s_points, s_radius=self.s_radius,
-                           segments=(seg_a, self.seg_ab), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt)
+                           segments=(seg_a, self.seg_ab), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt,
+                           side=ref.side, max_tilt=self.max_tilt(info),
+                           liquid_velocity=vel[:2] if self._v_liquid is None else self._v_liquid)
+
+    def max_tilt(self, info: dict) -> float:
+        """S's quasi-static max tilt (rad) at the liquid it holds now (``info["in_source"]``)."""
+        return self.outflow_tables.max_lean(float(info.get("in_source", 1.0)) * self.liquid_area)
 
     def plan(self, obs, info: dict) -> np.ndarray:
         """The K actions (K, 3) minimising the horizon objective (L-BFGS, warm-started)."""
@@ -409,10 +474,22 @@ class RHAgent(Agent):
 
     def act(self, obs, info: dict) -> np.ndarray:
         t0, c0 = time.perf_counter(), time.process_time()
+        self._track_liquid(info)
         u = self.plan(obs, info)
         self.solve_seconds.append(time.perf_counter() - t0)
         self.solve_cpu_seconds.append(time.process_time() - c0)
         return u[0].astype(np.float32)
+
+    def _track_liquid(self, info: dict) -> None:
+        """The liquid's translational velocity (m/s): S's, lagged by ``slosh_time`` (as in
+        :class:`HorizonCost`); S's own at the episode's start (the liquid at rest with a resting
+        S, or moving with S: TRANSFER+FOLLOW)."""
+        v = np.asarray(info.get("source_velocity", np.zeros(3)), np.float64)[:2]
+        if self._v_liquid is None:
+            self._v_liquid = v.copy()
+            return
+        b = self.dt / (max(self.cfg["slosh_time"], 0.0) + self.dt)
+        self._v_liquid = (1.0 - b) * self._v_liquid + b * v
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
