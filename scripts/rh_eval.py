@@ -13,7 +13,8 @@ under 5 % (seed 001: 28 of 30) and the per-step planning latency (median, p95; s
 the time other processes hold the core), and ends with one JSON line. Without ``--checkpoint``
 the network shipped with taigym. ``--only`` runs the listed problems; ``--seed 20260417 --start
 160`` draws validation problems (the dataset's seed, past the 160 problems the shipped network
-was trained on); ``--set`` overrides planner options (``taigym.agents.rh.PLANNER_DEFAULTS``).
+was trained on); ``--set`` overrides planner options (``taigym.agents.rh.PLANNER_DEFAULTS``); ``--jitter`` reruns
+the same problems with other particle jitter (the FLIP outcome of a pour is sensitive to it).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="first problem index")
     ap.add_argument("--only", type=int, nargs="+", help="run only these problem indices")
     ap.add_argument("--seed", type=int, default=TEST_SEED, help="problem set (default: the test set)")
+    ap.add_argument("--jitter", type=int, default=0,
+                    help="added to each problem's reset seed (the particles' jitter; same tasks)")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="planner options, e.g. flow_gain=0 (JSON values)")
     ap.add_argument("--shapes", nargs="+", default=["rect", "frustum"])
@@ -49,7 +52,7 @@ def main() -> None:
     args = ap.parse_args()
     opts = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
     ids = args.only if args.only else list(range(args.start, args.start + args.problems))
-    out: dict = {"fidelity": args.fidelity, "seed": args.seed, "problems": ids, "options": opts}
+    out: dict = {"fidelity": args.fidelity, "seed": args.seed, "jitter": args.jitter, "problems": ids, "options": opts}
     t_all = time.perf_counter()
     for shape in args.shapes:
         env = gym.make("taigym/Pour-v0", fidelity=args.fidelity, resolution=args.resolution)
@@ -58,7 +61,7 @@ def main() -> None:
         for i in ids:
             task = problem(i, args.seed, source_container=shape)
             t0 = time.perf_counter()
-            row = run_episode(env, agent, seed=i, task=task)
+            row = run_episode(env, agent, seed=i + args.jitter, task=task)
             spills.append(row["spilled"])
             in_t.append(row["in_target"])
             lat += agent.solve_seconds

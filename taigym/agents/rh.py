@@ -10,12 +10,13 @@ current observation only (no liquid simulation in the loop), the outflow parabol
 jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
 (alpha, beta, gamma) over the horizon. The terms (k = 1..K, poses S_k = (x, y, theta)):
 
-* C_l, pour (weight ``pour_weight``): max(rho, rho_floor) (dist_k / W)^2, dist_k the distance
-  from T's opening centre (where T is then, moving at its velocity) at which the parabola comes
-  down through T's rim height; the parabola starts at p moved with S_k and leaves with R(theta_k)
-  v plus S's rigid velocity (from S_{k-1} -> S_k); W is T's half opening.
+* C_l, pour (weight ``pour_weight``): rho_k (dist_k / W)^2, dist_k the distance from T's
+  opening centre (where T is then, moving at its velocity) at which the parabola comes down
+  through T's rim height; the parabola starts at p moved with S_k and leaves with R(theta_k) v
+  plus the liquid's velocity: S's rotation about its origin plus S's translational velocity
+  (S_{k-1} -> S_k) lagged by ``slosh_time`` (below); W is T's half opening.
 * C_l, dribble (``pour_weight`` x ``dribble_weight``): the same for the outflow's slow end, which
-  leaves p with S's rigid velocity only (seed 000's fan, as in ``taigym.planners.sqp``).
+  leaves p with the liquid's velocity only (seed 000's fan, as in ``taigym.planners.sqp``).
 * C_l, prior (``prior_weight``, ``prior_scale`` sigma): |(S_k - S'_k) / sigma|^2, S'_k having S's
   gaps to T's opening (x, y) and to the final lean shrunk by (alpha, beta, gamma)^(k/K) (the
   monotone coordinates of ``taigym.planners.cmaes``).
@@ -24,13 +25,27 @@ jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
 * C_o (``collision_weight``, ``clearance`` sigma_o): (D_k^2 + (D_k - D_{k-1})^2) / sigma_o^2, D the
   maximal penetration of S's walls (circles) into T's walls and the obstacles (segments).
 
-The paper weights the pour term by max(rho, 0), so that it acts only while liquid flows; with
-``rho_floor`` > 0 (default 0.1 s^-1) it also aims the parabola a little before the flow starts,
-which the prediction from the current state cannot foresee (with a network trained on
-simplified-env labels, on the simplified env's 30 test problems with a conic S, frustum, this
-lowered the problems spilling 5 % or more from 5 to 1). The dribble term's weight 1 was chosen
-on 30 validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5,
-25 at 2).
+The paper weights the pour term by max(rho, 0), rho the network's flux at the current state,
+so that it acts only while liquid flows. The plan changes the state, so here the flux of step k
+is predicted from the planned poses (:meth:`HorizonCost._flux`):
+
+    rho_k = max(rho, rho_floor) + flow_gain relu(phi_k - phi_max)^(3/2),
+    phi_k = lean_k + atan2(-side a_x, g + a_y)
+
+phi_k being S's effective lean: its lean towards T plus the tilt of the free surface in S's
+accelerated frame (a: S's acceleration at step k; braking while moving towards T tips the
+liquid towards the pouring lip), phi_max S's quasi-static max tilt at the liquid it holds now
+(seed 000's tables, ``taigym.models.outflow_tables``), the power 3/2 a weir's. So the planner
+does not lean or brake S past the max tilt unless the outflow then lands in T. ``rho_floor``
+(default 0.1 s^-1) still aims the parabola a little before the flow starts. When S brakes, its
+liquid keeps its momentum for a while: the liquid's translational velocity follows S's through
+a first-order lag of ``slosh_time`` (0.1 s, about 1/omega of the first slosh mode of a 7 cm wide
+S half full: omega^2 = (pi g / L) tanh(pi h / L), omega ~ 20 s^-1), tracked over the episode by
+the agent. Without the two (``flow_gain=0, slosh_time=0``) the worst test problems, a T that
+turns back at the end of its track while S pours, spilled 24-45 % (S leaned past the max tilt
+while still far from T, then braked hard with T and surged the liquid over T's far rim); with
+them 4-17 % (``scripts/rh_eval.py``, README). The dribble term's weight 1 was chosen on 30
+validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5, 25 at 2).
 The paper names the pour and prior terms C_o and the collision term C_o too (a typo); here C_l
 is the liquid term. The decision variables are the K actions in [-1, 1]^3 (S_k = S_0 + the
 scaled sum of the first k), bounded through a change of variables (actions = tanh(z)), solved by
@@ -93,8 +108,6 @@ class HorizonCost:
         self.seg_inv_len2 = 1.0 / np.maximum(np.sum(self.seg_ab ** 2, 1), 1e-12)
         self.reach = s_radius + seg_radius + cfg["clearance"]   # (M,)
         self.dt = dt
-        self._jet_vx = np.array([[self.vx], [0.0]])
-        self._jet_vy = np.array([[self.vy], [0.0]])
         self._pour_w = (cfg["pour_weight"] / self.W ** 2) * np.array([[1.0], [cfg["dribble_weight"]]])
         self.side, self.max_tilt, self.flow_gain = float(side), float(max_tilt), cfg["flow_gain"]
         # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
@@ -102,7 +115,8 @@ class HorizonCost:
         b = dt / (max(cfg["slosh_time"], 0.0) + dt)
         k = np.arange(len(prior_poses))
         decay = (1.0 - b) ** np.maximum(k[:, None] - k[None, :], 0)
-        self.lag = np.tril(b * decay)                                  # (K, K)
+        self.lag_inv = np.tril(b * decay) / dt                         # (K, K): steps -> m/s
+        self.lag_inv_t = self.lag_inv.T.copy()
         v0 = np.zeros(2) if liquid_velocity is None else np.asarray(liquid_velocity, np.float64)
         self.lag0 = ((1.0 - b) ** (k + 1))[:, None] * v0[None, :]      # (K, 2)
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
@@ -130,61 +144,61 @@ class HorizonCost:
         return cost + c, grad + gc
 
     def _pour(self, S: np.ndarray, lap: np.ndarray):
-        """rho sum_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
-        own velocity v plus S's rigid velocity) and the dribble (``pour_weight`` x
-        ``dribble_weight``; S's rigid velocity only), and its gradient. Both parabolas are rows
-        of (2, K) arrays."""
-        vx, vy = self._jet_vx, self._jet_vy                      # (2, 1): jet, dribble
-        dt, g = self.dt, GRAVITY
-        P = np.vstack([self.S0, S])
-        x, y, th = S[:, 0], S[:, 1], S[:, 2]
-        xp, yp, thp = P[:-1, 0], P[:-1, 1], P[:-1, 2]
+        """sum_k rho_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
+        own velocity v plus the liquid's) and the dribble (``pour_weight`` x ``dribble_weight``;
+        the liquid's velocity only), and its gradient. The liquid moves with S's rotation about
+        its origin and with S's translational velocity lagged by ``slosh_time`` (the liquid
+        keeps its momentum for a while when S brakes); rho_k is :meth:`_flux`'s. Both parabolas
+        are rows of (2, K) arrays."""
+        g, inv = GRAVITY, 1.0 / self.dt
+        x, th = S[:, 0], S[:, 2]
         c, s = np.cos(th), np.sin(th)
         ax, ay = c * self.px - s * self.py, s * self.px + c * self.py
-        wx, wy = x + ax, y + ay
-        jx, jy = c * vx - s * vy, s * vx + c * vy
-        om = (th - thp) / dt
-        # the liquid's translational velocity: S's, lagged (slosh; ``slosh_time``)
-        vl = self.lag @ (np.diff(P[:, :2], axis=0) / dt) + self.lag0      # (K, 2)
-        Vx = jx + vl[:, 0] - om * ay
-        Vy = jy + vl[:, 1] + om * ax
+        wx, wy = x + ax, S[:, 1] + ay
+        jx, jy = c * self.vx - s * self.vy, s * self.vx + c * self.vy
+        step = np.diff(S, axis=0, prepend=self.S0[None])                  # (K, 3)
+        om = step[:, 2] * inv
+        vl = self.lag_inv @ step[:, :2] + self.lag0                         # (K, 2) m/s
+        Vx = np.empty((2, len(S)))
+        Vy = np.empty((2, len(S)))
+        Vx[1] = vl[:, 0] - om * ay
+        Vy[1] = vl[:, 1] + om * ax
+        Vx[0] = Vx[1] + jx
+        Vy[0] = Vy[1] + jy
         disc = Vy * Vy + 2.0 * g * (wy - self.rims)
         ok = disc > 1e-6
-        sD = np.sqrt(np.where(ok, disc, 1e-6))
+        sD = np.sqrt(np.maximum(disc, 1e-6))
         tau = (Vy + sD) / g
         rel = Vx - self.tvx
         e = wx + rel * tau - self.tx
         # derivatives of e with respect to (x, y, theta) of pose k, to theta of pose k - 1 and
         # to the liquid's velocity (vl_x, vl_y) at k, from d wx = (1, 0, -ay), d wy = (0, 1, ax),
-        # d Vx = (0, 0, -jy - ay/dt - om ax) + d vl_x, d Vy = (0, 0, jx + ax/dt - om ay) + d vl_y;
-        # for pose k - 1: d Vx / d theta = ay/dt, d Vy / d theta = -ax/dt;
-        # d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
-        ks = np.where(ok, 1.0 / sD, 0.0)
+        # d Vx = (0, 0, -jy - ay/dt - om ax) + d vl_x, d Vy = (0, 0, jx + ax/dt - om ay) + d vl_y
+        # (jx, jy: the jet's row only); for pose k - 1: d Vx / d theta = ay/dt,
+        # d Vy / d theta = -ax/dt; d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
+        ks = ok / sD
         cy = (1.0 + ks * Vy) / g                  # d tau / d Vy
-        cw = ks                                   # d tau / d wy
-        inv = 1.0 / dt
-        dVx_th = -jy - ay * inv - om * ax
-        dVy_th = jx + ax * inv - om * ay
-        de_y = rel * cw
-        de_th = -ay + tau * dVx_th + rel * (cy * dVy_th + cw * ax)
-        de_vx, de_vy = tau, rel * cy
-        dp_th = tau * ay * inv - rel * cy * ax * inv
+        dVx_th = -ay * inv - om * ax
+        dVy_th = ax * inv - om * ay
+        rcy = rel * cy
         rho, d_th, d_lap = self._flux(S, lap)                    # (K,), (K,), (K, 2)
-        w = self._pour_w * rho                                   # (2, K)
-        we = w * e
-        miss = self._pour_w * e * e                              # (2, K): cost per unit flux
-        cost = float((we * e).sum())
-        we *= 2.0
-        grad = np.stack([we.sum(0), (we * de_y).sum(0), (we * de_th).sum(0)], -1)   # (K, 3)
-        grad[:-1, 2] += (we * dp_th).sum(0)[1:]
-        gv = self.lag.T @ np.stack([(we * de_vx).sum(0), (we * de_vy).sum(0)], -1)  # d / d S's velocity
+        pe = self._pour_w * e                                    # (2, K)
+        we = 2.0 * rho * pe
+        grad = np.empty_like(S)
+        grad[:, 0] = we[0] + we[1]
+        grad[:, 1] = (we * rel * ks).sum(0)
+        th_cur = -ay * (we[0] + we[1]) + (we * (tau * dVx_th + rcy * dVy_th + rel * ks * ax)).sum(0) \
+            + we[0] * (tau[0] * -jy + rcy[0] * jx)
+        grad[:, 2] = th_cur
+        grad[:-1, 2] += ((we * (tau * ay - rcy * ax)).sum(0) * inv)[1:]
+        gv = self.lag_inv_t @ np.column_stack([(we * tau).sum(0), (we * rcy).sum(0)])  # d / d step
         gv[:-1] -= gv[1:]
-        grad[:, :2] += gv * inv
+        grad[:, :2] += gv
         if d_th is not None:
-            m = miss[0] + miss[1]                                # d cost / d rho_k
+            m = (pe * e).sum(0)                                  # d cost / d rho_k
             grad[:, 2] += m * d_th
             grad[:, :2] += _through_laplacian(m[:, None] * d_lap)
-        return cost, grad
+        return float(rho @ (pe * e).sum(0)), grad
 
     def _flux(self, S: np.ndarray, lap: np.ndarray):
         """The flux rho_k (K,) weighting step k's pour term, and its derivatives with respect
@@ -204,19 +218,17 @@ class HorizonCost:
         if self.flow_gain <= 0.0:
             return base, None, None
         inv2 = 1.0 / (self.dt * self.dt)
-        u = -self.side * lap[:, 0] * inv2                         # m/s^2 towards S's back
-        v_raw = GRAVITY + lap[:, 1] * inv2
+        u = -self.side * inv2 * lap[:, 0]                         # m/s^2 towards S's back
+        v_raw = GRAVITY + inv2 * lap[:, 1]
         v = np.maximum(v_raw, MIN_GRAVITY)                        # free fall: the surface is lost
-        r2 = u * u + v * v
-        phi = -self.side * S[:, 2] + np.arctan2(u, v)
-        ex = np.maximum(phi - self.max_tilt, 0.0)
+        ex = np.maximum(-self.side * S[:, 2] + np.arctan2(u, v) - self.max_tilt, 0.0)
         sq = np.sqrt(ex)
-        rho = base + self.flow_gain * ex * sq
-        dphi = 1.5 * self.flow_gain * sq                         # d rho / d phi
-        d_th = -self.side * dphi
-        d_lap = np.stack([dphi * (v / r2) * (-self.side) * inv2,
-                          dphi * (-u / r2) * (v_raw > MIN_GRAVITY) * inv2], 1)
-        return rho, d_th, d_lap
+        base += self.flow_gain * ex * sq
+        dphi = (1.5 * self.flow_gain * inv2) * sq / (u * u + v * v)   # d rho / d phi / r^2 / dt^2
+        d_lap = np.empty((len(S), 2))
+        d_lap[:, 0] = -self.side * v * dphi
+        d_lap[:, 1] = -u * dphi * (v_raw > MIN_GRAVITY)
+        return base, (-1.5 * self.side * self.flow_gain) * sq, d_lap
 
     def _collision(self, S: np.ndarray):
         """D_k^2 + (D_k - D_{k-1})^2, scaled. The steps checked are those within 2 cm of contact
