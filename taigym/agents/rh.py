@@ -126,17 +126,16 @@ class HorizonCost:
 
     def __call__(self, S: np.ndarray) -> tuple[float, np.ndarray]:
         """Cost and gradient (K, 3) for the poses S (K, 3) at steps 1..K."""
-        cost, grad = 0.0, np.zeros_like(S)
         # prior
         d = S - self.prior
-        cost += float(np.sum(self.w_prior * d * d))
-        grad += 2.0 * self.w_prior * d
+        wd = self.w_prior * d
         # smoothness: Laplacians at k = 0..K-1 over [S_-1, S_0, S_1..S_K]
-        full = np.vstack([self.Sm1, self.S0, S])
+        full = np.empty((len(S) + 2, 3))
+        full[0], full[1], full[2:] = self.Sm1, self.S0, S
         lap = full[2:] - 2.0 * full[1:-1] + full[:-2]          # (K, 3): row j centred at S_j
         wl = self.w_smooth * lap
-        cost += float(np.sum(wl * lap))
-        grad += _through_laplacian(2.0 * wl)
+        cost = float(np.vdot(wd, d) + np.vdot(wl, lap))
+        grad = 2.0 * wd + _through_laplacian(2.0 * wl)
         c, gc = self._pour(S, lap)
         cost += c
         grad += gc
@@ -156,7 +155,9 @@ class HorizonCost:
         ax, ay = c * self.px - s * self.py, s * self.px + c * self.py
         wx, wy = x + ax, S[:, 1] + ay
         jx, jy = c * self.vx - s * self.vy, s * self.vx + c * self.vy
-        step = np.diff(S, axis=0, prepend=self.S0[None])                  # (K, 3)
+        step = np.empty_like(S)                                            # S_k - S_{k-1}
+        step[0] = S[0] - self.S0
+        np.subtract(S[1:], S[:-1], out=step[1:])
         om = step[:, 2] * inv
         vl = self.lag_inv @ step[:, :2] + self.lag0                         # (K, 2) m/s
         Vx = np.empty((2, len(S)))
@@ -185,20 +186,28 @@ class HorizonCost:
         pe = self._pour_w * e                                    # (2, K)
         we = 2.0 * rho * pe
         grad = np.empty_like(S)
-        grad[:, 0] = we[0] + we[1]
-        grad[:, 1] = (we * rel * ks).sum(0)
-        th_cur = -ay * (we[0] + we[1]) + (we * (tau * dVx_th + rcy * dVy_th + rel * ks * ax)).sum(0) \
-            + we[0] * (tau[0] * -jy + rcy[0] * jx)
-        grad[:, 2] = th_cur
-        grad[:-1, 2] += ((we * (tau * ay - rcy * ax)).sum(0) * inv)[1:]
-        gv = self.lag_inv_t @ np.column_stack([(we * tau).sum(0), (we * rcy).sum(0)])  # d / d step
+        # sums over the two rows written out: NumPy's reductions cost more on (2, 25) arrays
+        wsum = we[0] + we[1]
+        wk = we * rel * ks
+        grad[:, 0] = wsum
+        grad[:, 1] = wk[0] + wk[1]
+        wt = we * (tau * dVx_th + rcy * dVy_th) + wk * ax
+        grad[:, 2] = wt[0] + wt[1] - ay * wsum + we[0] * (rcy[0] * jx - tau[0] * jy)
+        wp = we * (tau * ay - rcy * ax)
+        grad[:-1, 2] += (wp[0, 1:] + wp[1, 1:]) * inv
+        wv = np.empty((len(S), 2))
+        wtau, wrcy = we * tau, we * rcy
+        wv[:, 0] = wtau[0] + wtau[1]
+        wv[:, 1] = wrcy[0] + wrcy[1]
+        gv = self.lag_inv_t @ wv                                 # d / d (S_k - S_{k-1})
         gv[:-1] -= gv[1:]
         grad[:, :2] += gv
+        pe *= e
+        m = pe[0] + pe[1]                                        # d cost / d rho_k
         if d_th is not None:
-            m = (pe * e).sum(0)                                  # d cost / d rho_k
             grad[:, 2] += m * d_th
             grad[:, :2] += _through_laplacian(m[:, None] * d_lap)
-        return float(rho @ (pe * e).sum(0)), grad
+        return float(rho @ m), grad
 
     def _flux(self, S: np.ndarray, lap: np.ndarray):
         """The flux rho_k (K,) weighting step k's pour term, and its derivatives with respect
