@@ -39,12 +39,12 @@ liquid towards the pouring lip), phi_max S's quasi-static max tilt at the liquid
 does not lean or brake S past the max tilt unless the outflow then lands in T. ``rho_floor``
 (default 0.1 s^-1) still aims the parabola a little before the flow starts. When S brakes, its
 liquid keeps its momentum for a while: the liquid's translational velocity follows S's through
-a first-order lag of ``slosh_time`` (0.1 s, about 1/omega of the first slosh mode of a 7 cm wide
-S half full: omega^2 = (pi g / L) tanh(pi h / L), omega ~ 20 s^-1), tracked over the episode by
-the agent. Without the two (``flow_gain=0, slosh_time=0``) the worst test problems, a T that
+a first-order lag of ``slosh_time`` (0.1 s, about a quarter period of the first slosh mode of a
+7 cm wide S half full, omega^2 = (pi g / L) tanh(pi h / L), omega ~ 20 s^-1; 0.2 s did no better
+on validation problems), tracked over the episode by the agent. Without the two (``flow_gain=0, slosh_time=0``) the worst test problems, a T that
 turns back at the end of its track while S pours, spilled 24-45 % (S leaned past the max tilt
 while still far from T, then braked hard with T and surged the liquid over T's far rim); with
-them 4-17 % (``scripts/rh_eval.py``, README). The dribble term's weight 1 was chosen on 30
+them 4-18 % (``scripts/rh_eval.py``, README). The dribble term's weight 1 was chosen on 30
 validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5, 25 at 2).
 The paper names the pour and prior terms C_o and the collision term C_o too (a typo); here C_l
 is the liquid term. The decision variables are the K actions in [-1, 1]^3 (S_k = S_0 + the
@@ -227,7 +227,7 @@ class HorizonCost:
         if self.flow_gain <= 0.0:
             return base, None, None
         inv2 = 1.0 / (self.dt * self.dt)
-        u = -self.side * inv2 * lap[:, 0]                         # m/s^2 towards S's back
+        u = -self.side * inv2 * lap[:, 0]       # m/s^2: S's inertial acceleration towards the lip
         v_raw = GRAVITY + inv2 * lap[:, 1]
         v = np.maximum(v_raw, MIN_GRAVITY)                        # free fall: the surface is lost
         ex = np.maximum(-self.side * S[:, 2] + np.arctan2(u, v) - self.max_tilt, 0.0)
