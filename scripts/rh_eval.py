@@ -1,6 +1,7 @@
 """Seed 001's online test: the ``rh`` agent on new pouring problems, in the particle env.
 
-    python scripts/rh_eval.py --checkpoint runs/train/rh/.../agent.pt [--problems 30] [--shapes rect frustum]
+    python scripts/rh_eval.py [--checkpoint runs/train/rh/.../agent.pt] [--problems 30] [--shapes rect frustum]
+                              [--only 8 19] [--seed 20260417 --start 160] [--set flow_gain=0]
 
 Runs ``rh`` on ``--problems`` problems drawn like the training problems but from another seed
 (``taigym.data.cmaes_dataset.problem(i, TEST_SEED)``: rect S, even i TRANSFER+ZERO, odd i
@@ -9,7 +10,11 @@ out of training; the problems are otherwise identical), in Pour-v0 with ``--fide
 (default ``particles``, the FLIP solver). Prints the spilled fraction per problem, the count
 under 5 % (seed 001: 28 of 30) and the per-step planning latency (median, p95; seed 001:
 < 10 ms) as wall time and as this process's CPU time (the wall time on a shared machine includes
-the time other processes hold the core), and ends with one JSON line.
+the time other processes hold the core), and ends with one JSON line. Without ``--checkpoint``
+the network shipped with taigym. ``--only`` runs the listed problems; ``--seed 20260417 --start
+160`` draws validation problems (the dataset's seed, past the 160 problems the shipped network
+was trained on); ``--set`` overrides planner options (``taigym.agents.rh.PLANNER_DEFAULTS``); ``--jitter`` reruns
+the same problems with other particle jitter (the FLIP outcome of a pour is sensitive to it).
 """
 
 from __future__ import annotations
@@ -26,29 +31,37 @@ import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402,F401
 from taigym.agents.base import run_episode  # noqa: E402
-from taigym.agents.rh import RHAgent, latency_summary  # noqa: E402
+from taigym.agents.rh import SHIPPED_CHECKPOINT, RHAgent, latency_summary  # noqa: E402
 from taigym.data.cmaes_dataset import TEST_SEED, problem  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT))
     ap.add_argument("--problems", type=int, default=30)
     ap.add_argument("--start", type=int, default=0, help="first problem index")
+    ap.add_argument("--only", type=int, nargs="+", help="run only these problem indices")
+    ap.add_argument("--seed", type=int, default=TEST_SEED, help="problem set (default: the test set)")
+    ap.add_argument("--jitter", type=int, default=0,
+                    help="added to each problem's reset seed (the particles' jitter; same tasks)")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="planner options, e.g. flow_gain=0 (JSON values)")
     ap.add_argument("--shapes", nargs="+", default=["rect", "frustum"])
     ap.add_argument("--fidelity", default="particles", choices=("particles", "simplified"))
     ap.add_argument("--resolution", type=int, default=128)
     args = ap.parse_args()
-    out: dict = {"fidelity": args.fidelity, "problems": args.problems}
+    opts = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
+    ids = args.only if args.only else list(range(args.start, args.start + args.problems))
+    out: dict = {"fidelity": args.fidelity, "seed": args.seed, "jitter": args.jitter, "problems": ids, "options": opts}
     t_all = time.perf_counter()
     for shape in args.shapes:
         env = gym.make("taigym/Pour-v0", fidelity=args.fidelity, resolution=args.resolution)
-        agent = RHAgent.load(args.checkpoint, env)
+        agent = RHAgent.load(args.checkpoint, env, **opts)
         spills, in_t, lat, cpu = [], [], [], []
-        for i in range(args.start, args.start + args.problems):
-            task = problem(i, TEST_SEED, source_container=shape)
+        for i in ids:
+            task = problem(i, args.seed, source_container=shape)
             t0 = time.perf_counter()
-            row = run_episode(env, agent, seed=i, task=task)
+            row = run_episode(env, agent, seed=i + args.jitter, task=task)
             spills.append(row["spilled"])
             in_t.append(row["in_target"])
             lat += agent.solve_seconds

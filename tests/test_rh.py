@@ -3,6 +3,8 @@ receding-horizon agent ``rh``, on the simplified Pour-v0 (no particles, no netwo
 
 from __future__ import annotations
 
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -123,12 +125,17 @@ def test_horizon_cost_gradient_is_exact(trained):
     agent.reset(seed=0)
     for _ in range(14):                                    # leaning and pouring
         obs, _, _, _, info = env.step(np.array([0.6, -0.3, -0.9]))
+    agent._v_liquid = np.array([0.3, -0.1])                # the liquid lags S (slosh term)
     hc = agent.cost(obs, info)
     rng = np.random.default_rng(1)
     S = hc.prior + rng.normal(0, 0.01, hc.prior.shape)
     S[:, 1] -= np.linspace(0, 0.08, len(S))                 # down towards T: collisions active
+    S[5:8, 0] += [0.01, 0.03, 0.0]                          # a jerk: the surge term
     _, g = hc(S)
     assert len(hc._active) > 0
+    full = np.vstack([hc.Sm1, hc.S0, S])
+    rho, _, _ = hc._flux(S, full[2:] - 2 * full[1:-1] + full[:-2])
+    assert np.any(rho > hc.rho) and np.any(rho == hc.rho)   # past the max tilt at some steps only
     eps = 1e-6
     for k in rng.choice(len(S), 6, replace=False):
         for j in range(3):
@@ -161,3 +168,64 @@ def test_rh_beats_random_and_round_trips(trained):
     assert min(r["in_target"] for r in pours) > 0.6, pours
     with pytest.raises(ValueError, match="inputs"):
         make("rh", gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"), checkpoint=run / "agent.pt")
+
+
+def _pour_state(env, agent, steps: int):
+    obs, info = env.reset(seed=0, options={"task": problem(0, TEST_SEED)})
+    agent.reset(seed=0)
+    for _ in range(steps):
+        obs, _, _, _, info = env.step(np.array([0.6, 0.0, -0.5]))
+    return agent.cost(obs, info), info
+
+
+def test_flux_grows_past_the_max_tilt_and_when_braking_towards_T():
+    """The horizon's flux model (C_l's weight): the network's rho below S's max tilt; past it,
+    more flux the further S leans, and braking while moving towards T tips the liquid towards
+    the lip (surge) as leaning further would."""
+    env = make_env()
+    agent = make("rh", env)
+    hc, info = _pour_state(env, agent, 4)
+    assert 0.3 < hc.max_tilt < 1.5                          # rad, the task's fill, S holding it all
+    assert hc.max_tilt == pytest.approx(agent.max_tilt(info))
+    K = len(hc.prior)
+    side = hc.side
+    S = np.tile(hc.S0, (K, 1))
+    still = np.zeros((K, 3))
+
+    def flux(lean, lap=still):
+        S[:, 2] = -side * lean
+        return hc._flux(S, lap)[0]
+
+    np.testing.assert_allclose(flux(hc.max_tilt - 0.05), hc.rho)
+    assert np.all(flux(hc.max_tilt + 0.3) > flux(hc.max_tilt + 0.1)) and np.all(flux(hc.max_tilt + 0.1) > hc.rho)
+    brake = still.copy()
+    brake[:, 0] = -side * 4.0 * hc.dt ** 2                  # 4 m/s^2 against the motion towards T
+    surge = math.atan(4.0 / 9.81)
+    np.testing.assert_allclose(flux(hc.max_tilt + 0.1, brake), flux(hc.max_tilt + 0.1 + surge), rtol=1e-9)
+    speed_up = -brake
+    np.testing.assert_allclose(flux(hc.max_tilt + 0.1, speed_up), hc.rho)   # the liquid moves back
+    # without flow_gain the network's rho alone, as in seed 001
+    plain = make("rh", env, flow_gain=0.0)
+    hc0, _ = _pour_state(env, plain, 4)
+    S[:, 2] = -side * (hc0.max_tilt + 0.3)
+    np.testing.assert_allclose(hc0._flux(S, brake)[0], hc0.rho)
+
+
+def test_liquid_keeps_its_momentum_when_S_stops():
+    """slosh_time: the liquid's velocity follows S's with a first-order lag, so the outflow of
+    a S that stops still flies on; slosh_time=0 is S's rigid velocity."""
+    env = make_env()
+    for tau in (0.0, 0.1):
+        agent = make("rh", env, slosh_time=tau)
+        hc, info = _pour_state(env, agent, 6)
+        v_s = np.asarray(info["source_velocity"][:2])
+        assert np.linalg.norm(v_s) > 0.1
+        K = len(hc.prior)
+        stop = np.tile(hc.S0, (K, 1))                      # S stops at once
+        vl = hc.lag_inv @ np.diff(stop[:, :2], axis=0, prepend=hc.S0[None, :2]) + hc.lag0
+        if tau == 0.0:
+            np.testing.assert_allclose(vl, 0.0, atol=1e-12)
+        else:
+            b = hc.dt / (tau + hc.dt)
+            np.testing.assert_allclose(vl[0], (1 - b) * v_s, rtol=1e-9)   # the liquid had S's velocity
+            assert np.all(np.diff(np.linalg.norm(vl, axis=1)) < 0) and np.linalg.norm(vl[0]) > 0.05

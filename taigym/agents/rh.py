@@ -10,12 +10,13 @@ current observation only (no liquid simulation in the loop), the outflow parabol
 jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
 (alpha, beta, gamma) over the horizon. The terms (k = 1..K, poses S_k = (x, y, theta)):
 
-* C_l, pour (weight ``pour_weight``): max(rho, rho_floor) (dist_k / W)^2, dist_k the distance
-  from T's opening centre (where T is then, moving at its velocity) at which the parabola comes
-  down through T's rim height; the parabola starts at p moved with S_k and leaves with R(theta_k)
-  v plus S's rigid velocity (from S_{k-1} -> S_k); W is T's half opening.
+* C_l, pour (weight ``pour_weight``): rho_k (dist_k / W)^2, dist_k the distance from T's
+  opening centre (where T is then, moving at its velocity) at which the parabola comes down
+  through T's rim height; the parabola starts at p moved with S_k and leaves with R(theta_k) v
+  plus the liquid's velocity: S's rotation about its origin plus S's translational velocity
+  (S_{k-1} -> S_k) lagged by ``slosh_time`` (below); W is T's half opening.
 * C_l, dribble (``pour_weight`` x ``dribble_weight``): the same for the outflow's slow end, which
-  leaves p with S's rigid velocity only (seed 000's fan, as in ``taigym.planners.sqp``).
+  leaves p with the liquid's velocity only (seed 000's fan, as in ``taigym.planners.sqp``).
 * C_l, prior (``prior_weight``, ``prior_scale`` sigma): |(S_k - S'_k) / sigma|^2, S'_k having S's
   gaps to T's opening (x, y) and to the final lean shrunk by (alpha, beta, gamma)^(k/K) (the
   monotone coordinates of ``taigym.planners.cmaes``).
@@ -24,13 +25,27 @@ jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
 * C_o (``collision_weight``, ``clearance`` sigma_o): (D_k^2 + (D_k - D_{k-1})^2) / sigma_o^2, D the
   maximal penetration of S's walls (circles) into T's walls and the obstacles (segments).
 
-The paper weights the pour term by max(rho, 0), so that it acts only while liquid flows; with
-``rho_floor`` > 0 (default 0.1 s^-1) it also aims the parabola a little before the flow starts,
-which the prediction from the current state cannot foresee (with a network trained on
-simplified-env labels, on the simplified env's 30 test problems with a conic S, frustum, this
-lowered the problems spilling 5 % or more from 5 to 1). The dribble term's weight 1 was chosen
-on 30 validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5,
-25 at 2).
+The paper weights the pour term by max(rho, 0), rho the network's flux at the current state,
+so that it acts only while liquid flows. The plan changes the state, so here the flux of step k
+is predicted from the planned poses (:meth:`HorizonCost._flux`):
+
+    rho_k = max(rho, rho_floor) + flow_gain relu(phi_k - phi_max)^(3/2),
+    phi_k = lean_k + atan2(-side a_x, g + a_y)
+
+phi_k being S's effective lean: its lean towards T plus the tilt of the free surface in S's
+accelerated frame (a: S's acceleration at step k; braking while moving towards T tips the
+liquid towards the pouring lip), phi_max S's quasi-static max tilt at the liquid it holds now
+(seed 000's tables, ``taigym.models.outflow_tables``), the power 3/2 a weir's. So the planner
+does not lean or brake S past the max tilt unless the outflow then lands in T. ``rho_floor``
+(default 0.1 s^-1) still aims the parabola a little before the flow starts. When S brakes, its
+liquid keeps its momentum for a while: the liquid's translational velocity follows S's through
+a first-order lag of ``slosh_time`` (0.1 s, about a quarter period of the first slosh mode of a
+7 cm wide S half full, omega^2 = (pi g / L) tanh(pi h / L), omega ~ 20 s^-1; 0.2 s did no better
+on validation problems), tracked over the episode by the agent. Without the two (``flow_gain=0, slosh_time=0``) the worst test problems, a T that
+turns back at the end of its track while S pours, spilled 24-45 % (S leaned past the max tilt
+while still far from T, then braked hard with T and surged the liquid over T's far rim); with
+them 4-18 % (``scripts/rh_eval.py``, README). The dribble term's weight 1 was chosen on 30
+validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5, 25 at 2).
 The paper names the pour and prior terms C_o and the collision term C_o too (a typo); here C_l
 is the liquid term. The decision variables are the K actions in [-1, 1]^3 (S_k = S_0 + the
 scaled sum of the first k), bounded through a change of variables (actions = tanh(z)), solved by
@@ -53,6 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from taigym.models.liquid_net import FitConfig, LiquidNet, fit
+from taigym.models.outflow_tables import outflow_tables
 from taigym.planners.cmaes import Reference, target_path
 
 from .base import Agent
@@ -60,13 +76,14 @@ from .cmaes import env_constants
 from .policy import torch_load, torch_save_atomic
 
 GRAVITY = 9.81
+MIN_GRAVITY = 0.25 * GRAVITY    # m/s^2: least effective gravity of the surge angle (S dropping)
 ACTIVE_MARGIN = 0.02            # m: steps this close to contact are checked for collision
 FINAL_CHECKPOINT = "agent.pt"
 PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         prior_scale=(0.02, 0.02, 0.2), smooth_weight=0.05,
                         smooth_scale=(0.004, 0.004, 0.02), collision_weight=1.0, clearance=0.003,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
-                        dribble_weight=1.0)
+                        dribble_weight=1.0, flow_gain=2.0, slosh_time=0.1)
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
                       labels="particles", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256,
                       val_fraction=0.15, seed=0, progress=True)
@@ -77,7 +94,8 @@ class HorizonCost:
     """sum_k C(S_k) of one planning step and its gradient with respect to the K poses."""
 
     def __init__(self, *, pose0, pose_prev, params, prior_poses, rims, tx, tvx, half_width,
-                 s_points, s_radius, segments, seg_radius, cfg: dict, dt: float):
+                 s_points, s_radius, segments, seg_radius, cfg: dict, dt: float,
+                 side: float = 1.0, max_tilt: float = math.pi, liquid_velocity=None):
         self.S0 = np.asarray(pose0, np.float64)
         self.Sm1 = np.asarray(pose_prev, np.float64)
         self.px, self.py, self.vx, self.vy, rho = (float(v) for v in params)
@@ -90,10 +108,17 @@ class HorizonCost:
         self.seg_inv_len2 = 1.0 / np.maximum(np.sum(self.seg_ab ** 2, 1), 1e-12)
         self.reach = s_radius + seg_radius + cfg["clearance"]   # (M,)
         self.dt = dt
-        self._jet_vx = np.array([[self.vx], [0.0]])
-        self._jet_vy = np.array([[self.vy], [0.0]])
-        self._pour_w = (cfg["pour_weight"] * self.rho / self.W ** 2) * \
-            np.array([[1.0], [cfg["dribble_weight"]]])
+        self._pour_w = (cfg["pour_weight"] / self.W ** 2) * np.array([[1.0], [cfg["dribble_weight"]]])
+        self.side, self.max_tilt, self.flow_gain = float(side), float(max_tilt), cfg["flow_gain"]
+        # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
+        # (backward Euler, b = dt / (slosh_time + dt)), u_k S's velocity over step k, v_0 given
+        b = dt / (max(cfg["slosh_time"], 0.0) + dt)
+        k = np.arange(len(prior_poses))
+        decay = (1.0 - b) ** np.maximum(k[:, None] - k[None, :], 0)
+        self.lag_inv = np.tril(b * decay) / dt                         # (K, K): steps -> m/s
+        self.lag_inv_t = self.lag_inv.T.copy()
+        v0 = np.zeros(2) if liquid_velocity is None else np.asarray(liquid_velocity, np.float64)
+        self.lag0 = ((1.0 - b) ** (k + 1))[:, None] * v0[None, :]      # (K, 2)
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
         self.w_smooth = cfg["smooth_weight"] / np.asarray(cfg["smooth_scale"], np.float64) ** 2
         self.w_coll = cfg["collision_weight"] / max(cfg["clearance"], 1e-3) ** 2
@@ -101,76 +126,118 @@ class HorizonCost:
 
     def __call__(self, S: np.ndarray) -> tuple[float, np.ndarray]:
         """Cost and gradient (K, 3) for the poses S (K, 3) at steps 1..K."""
-        cost, grad = 0.0, np.zeros_like(S)
         # prior
         d = S - self.prior
-        cost += float(np.sum(self.w_prior * d * d))
-        grad += 2.0 * self.w_prior * d
+        wd = self.w_prior * d
         # smoothness: Laplacians at k = 0..K-1 over [S_-1, S_0, S_1..S_K]
-        full = np.vstack([self.Sm1, self.S0, S])
+        full = np.empty((len(S) + 2, 3))
+        full[0], full[1], full[2:] = self.Sm1, self.S0, S
         lap = full[2:] - 2.0 * full[1:-1] + full[:-2]          # (K, 3): row j centred at S_j
         wl = self.w_smooth * lap
-        cost += float(np.sum(wl * lap))
-        g = np.zeros((len(S) + 2, 3))
-        g[2:] += 2.0 * wl
-        g[1:-1] -= 4.0 * wl
-        g[:-2] += 2.0 * wl
-        grad += g[2:]
-        if self.rho > 0.0:
-            c, gc = self._pour(S)
-            cost += c
-            grad += gc
+        cost = float(np.vdot(wd, d) + np.vdot(wl, lap))
+        grad = 2.0 * wd + _through_laplacian(2.0 * wl)
+        c, gc = self._pour(S, lap)
+        cost += c
+        grad += gc
         c, gc = self._collision(S)
         return cost + c, grad + gc
 
-    def _pour(self, S: np.ndarray):
-        """rho sum_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
-        own velocity v plus S's rigid velocity) and the dribble (``pour_weight`` x
-        ``dribble_weight``; S's rigid velocity only), and its gradient. Both parabolas are rows
-        of (2, K) arrays."""
-        vx, vy = self._jet_vx, self._jet_vy                      # (2, 1): jet, dribble
-        dt, g = self.dt, GRAVITY
-        P = np.vstack([self.S0, S])
-        x, y, th = S[:, 0], S[:, 1], S[:, 2]
-        xp, yp, thp = P[:-1, 0], P[:-1, 1], P[:-1, 2]
+    def _pour(self, S: np.ndarray, lap: np.ndarray):
+        """sum_k rho_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
+        own velocity v plus the liquid's) and the dribble (``pour_weight`` x ``dribble_weight``;
+        the liquid's velocity only), and its gradient. The liquid moves with S's rotation about
+        its origin and with S's translational velocity lagged by ``slosh_time`` (the liquid
+        keeps its momentum for a while when S brakes); rho_k is :meth:`_flux`'s. Both parabolas
+        are rows of (2, K) arrays."""
+        g, inv = GRAVITY, 1.0 / self.dt
+        x, th = S[:, 0], S[:, 2]
         c, s = np.cos(th), np.sin(th)
         ax, ay = c * self.px - s * self.py, s * self.px + c * self.py
-        wx, wy = x + ax, y + ay
-        jx, jy = c * vx - s * vy, s * vx + c * vy
-        om = (th - thp) / dt
-        Vx = jx + (x - xp) / dt - om * ay
-        Vy = jy + (y - yp) / dt + om * ax
+        wx, wy = x + ax, S[:, 1] + ay
+        jx, jy = c * self.vx - s * self.vy, s * self.vx + c * self.vy
+        step = np.empty_like(S)                                            # S_k - S_{k-1}
+        step[0] = S[0] - self.S0
+        np.subtract(S[1:], S[:-1], out=step[1:])
+        om = step[:, 2] * inv
+        vl = self.lag_inv @ step[:, :2] + self.lag0                         # (K, 2) m/s
+        Vx = np.empty((2, len(S)))
+        Vy = np.empty((2, len(S)))
+        Vx[1] = vl[:, 0] - om * ay
+        Vy[1] = vl[:, 1] + om * ax
+        Vx[0] = Vx[1] + jx
+        Vy[0] = Vy[1] + jy
         disc = Vy * Vy + 2.0 * g * (wy - self.rims)
         ok = disc > 1e-6
-        sD = np.sqrt(np.where(ok, disc, 1e-6))
+        sD = np.sqrt(np.maximum(disc, 1e-6))
         tau = (Vy + sD) / g
         rel = Vx - self.tvx
         e = wx + rel * tau - self.tx
-        # derivatives of e with respect to (x, y, theta) of pose k and of pose k - 1, from
-        # d wx = (1, 0, -ay), d wy = (0, 1, ax), d Vx = (1/dt, 0, -jy - ay/dt - om ax),
-        # d Vy = (0, 1/dt, jx + ax/dt - om ay); for pose k - 1: d Vx = (-1/dt, 0, ay/dt),
-        # d Vy = (0, -1/dt, -ax/dt); d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
-        ks = np.where(ok, 1.0 / sD, 0.0)
+        # derivatives of e with respect to (x, y, theta) of pose k, to theta of pose k - 1 and
+        # to the liquid's velocity (vl_x, vl_y) at k, from d wx = (1, 0, -ay), d wy = (0, 1, ax),
+        # d Vx = (0, 0, -jy - ay/dt - om ax) + d vl_x, d Vy = (0, 0, jx + ax/dt - om ay) + d vl_y
+        # (jx, jy: the jet's row only); for pose k - 1: d Vx / d theta = ay/dt,
+        # d Vy / d theta = -ax/dt; d tau = (d Vy + (Vy d Vy + g d wy) / sqrt(disc)) / g
+        ks = ok / sD
         cy = (1.0 + ks * Vy) / g                  # d tau / d Vy
-        cw = ks                                   # d tau / d wy
-        inv = 1.0 / dt
-        dVx_th = -jy - ay * inv - om * ax
-        dVy_th = jx + ax * inv - om * ay
-        de_x = 1.0 + tau * inv
-        de_y = rel * (cy * inv + cw)
-        de_th = -ay + tau * dVx_th + rel * (cy * dVy_th + cw * ax)
-        dp_x = -tau * inv
-        dp_y = -rel * cy * inv
-        dp_th = tau * ay * inv - rel * cy * ax * inv
-        w = self._pour_w                                         # (2, 1)
-        we = w * e
-        cost = float((we * e).sum())
-        we *= 2.0
-        g_cur = np.stack([we * de_x, we * de_y, we * de_th], -1)      # (2, K, 3)
-        g_prev = np.stack([we * dp_x, we * dp_y, we * dp_th], -1)
-        grad = g_cur[0] + g_cur[1]
-        grad[:-1] += g_prev[0, 1:] + g_prev[1, 1:]
-        return cost, grad
+        dVx_th = -ay * inv - om * ax
+        dVy_th = ax * inv - om * ay
+        rcy = rel * cy
+        rho, d_th, d_lap = self._flux(S, lap)                    # (K,), (K,), (K, 2)
+        pe = self._pour_w * e                                    # (2, K)
+        we = 2.0 * rho * pe
+        grad = np.empty_like(S)
+        # sums over the two rows written out: NumPy's reductions cost more on (2, 25) arrays
+        wsum = we[0] + we[1]
+        wk = we * rel * ks
+        grad[:, 0] = wsum
+        grad[:, 1] = wk[0] + wk[1]
+        wt = we * (tau * dVx_th + rcy * dVy_th) + wk * ax
+        grad[:, 2] = wt[0] + wt[1] - ay * wsum + we[0] * (rcy[0] * jx - tau[0] * jy)
+        wp = we * (tau * ay - rcy * ax)
+        grad[:-1, 2] += (wp[0, 1:] + wp[1, 1:]) * inv
+        wv = np.empty((len(S), 2))
+        wtau, wrcy = we * tau, we * rcy
+        wv[:, 0] = wtau[0] + wtau[1]
+        wv[:, 1] = wrcy[0] + wrcy[1]
+        gv = self.lag_inv_t @ wv                                 # d / d (S_k - S_{k-1})
+        gv[:-1] -= gv[1:]
+        grad[:, :2] += gv
+        pe *= e
+        m = pe[0] + pe[1]                                        # d cost / d rho_k
+        if d_th is not None:
+            grad[:, 2] += m * d_th
+            grad[:, :2] += _through_laplacian(m[:, None] * d_lap)
+        return float(rho @ m), grad
+
+    def _flux(self, S: np.ndarray, lap: np.ndarray):
+        """The flux rho_k (K,) weighting step k's pour term, and its derivatives with respect
+        to theta_k (K,) and to the Laplacian's (x, y) rows (K, 2) (None, None if it is constant):
+
+            rho_k = max(rho, rho_floor) + flow_gain relu(phi_k - phi_max)^(3/2).
+
+        The network's rho is that of the current state, but the plan changes the state: liquid
+        leaves S once its free surface reaches the pouring lip, i.e. once S's effective lean
+        phi_k = lean_k + atan2(-side a_x, g + a_y) (the lean towards T plus the tilt of the
+        free surface in S's accelerated frame: braking while moving towards T tips the liquid
+        towards the lip) exceeds the quasi-static max tilt phi_max at S's current volume
+        (``taigym.models.outflow_tables``); past it the flux grows as the head over the lip to
+        the power 3/2 (a weir), the head being about proportional to the excess angle. a is S's
+        acceleration (S_k - 2 S_{k-1} + S_{k-2}) / dt^2 (m/s^2), the Laplacian's row k."""
+        base = np.full(len(S), self.rho)
+        if self.flow_gain <= 0.0:
+            return base, None, None
+        inv2 = 1.0 / (self.dt * self.dt)
+        u = -self.side * inv2 * lap[:, 0]       # m/s^2: S's inertial acceleration towards the lip
+        v_raw = GRAVITY + inv2 * lap[:, 1]
+        v = np.maximum(v_raw, MIN_GRAVITY)                        # free fall: the surface is lost
+        ex = np.maximum(-self.side * S[:, 2] + np.arctan2(u, v) - self.max_tilt, 0.0)
+        sq = np.sqrt(ex)
+        base += self.flow_gain * ex * sq
+        dphi = (1.5 * self.flow_gain * inv2) * sq / (u * u + v * v)   # d rho / d phi / r^2 / dt^2
+        d_lap = np.empty((len(S), 2))
+        d_lap[:, 0] = -self.side * v * dphi
+        d_lap[:, 1] = -u * dphi * (v_raw > MIN_GRAVITY)
+        return base, (-1.5 * self.side * self.flow_gain) * sq, d_lap
 
     def _collision(self, S: np.ndarray):
         """D_k^2 + (D_k - D_{k-1})^2, scaled. The steps checked are those within 2 cm of contact
@@ -218,6 +285,16 @@ class HorizonCost:
         # dD/dpose = -(n_x, n_y, n . d p / d theta), d p / d theta = (-ry, rx)
         dD = -np.stack([nx, ny, -nx * ry[rows, qi] + ny * rx[rows, qi]], 1)
         return D, dD * (D > 0.0)[:, None]
+
+
+def _through_laplacian(g_lap: np.ndarray) -> np.ndarray:
+    """The gradient with respect to S_1..S_K of a function of the Laplacian rows
+    L_k = S_k - 2 S_{k-1} + S_{k-2} (k = 1..K; S_0, S_-1 fixed), given its gradient ``g_lap``
+    (K, n) with respect to them."""
+    g = g_lap.copy()
+    g[:-1] -= 2.0 * g_lap[1:]
+    g[:-2] += g_lap[2:]
+    return g
 
 
 # ---------------------------------------------------------------------- the optimiser
@@ -328,6 +405,7 @@ class RHAgent(Agent):
             raise ValueError(f"the network takes {net.in_dim} inputs but the env's observations have "
                              f"{obs_dim} (obs_mode {self.meta.get('obs_mode', '?')!r}: build the env with it)")
         self.predict = net.numpy_predictor()
+        self.dt, _, self.scale = env_constants(env)
         self._task = None
         self.solve_seconds: list[float] = []        # wall time of each step's plan (s)
         self.solve_cpu_seconds: list[float] = []    # CPU time of this process (s): without the
@@ -336,7 +414,7 @@ class RHAgent(Agent):
     # ------------------------------------------------------------------ episode state
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
-        self._task, self._u = None, None
+        self._task, self._u, self._v_liquid = None, None, None
         self.solve_seconds, self.solve_cpu_seconds = [], []
 
     def _prepare(self, task) -> None:
@@ -345,6 +423,8 @@ class RHAgent(Agent):
         self.ref = Reference(task, wall, self.cfg["lean"])
         source, target = task.source_shape(wall), task.target_shape(wall)
         self.s_points = _source_points(source)
+        self.outflow_tables = outflow_tables(source)
+        self.liquid_area = source.liquid_area(task.fill)          # m^2 (2D) at the start
         self.s_radius = source.radius
         tw = _resample(np.asarray(target.walls, np.float64), 8)
         self.t_a, self.t_b = tw[:-1], tw[1:]
@@ -383,7 +463,13 @@ class RHAgent(Agent):
         return HorizonCost(pose0=pose, pose_prev=pose - vel * dt, params=outflow, prior_poses=prior,
                            rims=tpos[:, 1] + self.t_oc[1], tx=tpos[:, 0] + self.t_oc[0], tvx=tvx,
                            half_width=self.half_width, s_points=self.s_points, s_radius=self.s_radius,
-                           segments=(seg_a, self.seg_ab), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt)
+                           segments=(seg_a, self.seg_ab), seg_radius=self.seg_radius, cfg=self.cfg, dt=dt,
+                           side=ref.side, max_tilt=self.max_tilt(info),
+                           liquid_velocity=vel[:2] if self._v_liquid is None else self._v_liquid)
+
+    def max_tilt(self, info: dict) -> float:
+        """S's quasi-static max tilt (rad) at the liquid it holds now (``info["in_source"]``)."""
+        return self.outflow_tables.max_lean(float(info.get("in_source", 1.0)) * self.liquid_area)
 
     def plan(self, obs, info: dict) -> np.ndarray:
         """The K actions (K, 3) minimising the horizon objective (L-BFGS, warm-started)."""
@@ -409,10 +495,22 @@ class RHAgent(Agent):
 
     def act(self, obs, info: dict) -> np.ndarray:
         t0, c0 = time.perf_counter(), time.process_time()
+        self._track_liquid(info)
         u = self.plan(obs, info)
         self.solve_seconds.append(time.perf_counter() - t0)
         self.solve_cpu_seconds.append(time.process_time() - c0)
         return u[0].astype(np.float32)
+
+    def _track_liquid(self, info: dict) -> None:
+        """The liquid's translational velocity (m/s): S's, lagged by ``slosh_time`` (as in
+        :class:`HorizonCost`); S's own at the episode's start (the liquid at rest with a resting
+        S, or moving with S: TRANSFER+FOLLOW)."""
+        v = np.asarray(info.get("source_velocity", np.zeros(3)), np.float64)[:2]
+        if self._v_liquid is None:
+            self._v_liquid = v.copy()
+            return
+        b = self.dt / (max(self.cfg["slosh_time"], 0.0) + self.dt)
+        self._v_liquid = (1.0 - b) * self._v_liquid + b * v
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
