@@ -231,6 +231,24 @@ class World3D:
             n = len(pts)
         return n
 
+    def clear_liquid(self, *, member: int | None = None) -> None:
+        """Remove all liquid from a member (or all) and clear its blow-up flag and clock."""
+        if self._solver is not None:
+            self._download_particles()
+        for b in self._members_of(member):
+            self._members[b].x = np.zeros((0, 3))
+            self._members[b].v = np.zeros((0, 3))
+            if self._diag is not None:
+                self._diag[b] = 0.0
+        if self._solver is not None:
+            self._solver.diagnostics.from_numpy(self._diag.astype(np.float32))
+            self._upload_particles(self._members_of(member))
+
+    def reseed(self, seed: int, *, member: int | None = None) -> None:
+        """Restart the particle-jitter random stream of one member (or all) from ``seed``."""
+        for b in self._members_of(member):
+            self._rngs[b] = np.random.default_rng(int(seed))
+
     def set_viscosity(self, viscosity: float, *, member: int | None = None) -> None:
         """Dynamic viscosity (Pa·s, in [0, 5]) of one member's liquid, or all members'."""
         self._nu[self._members_of(member)] = _number("viscosity", viscosity, 0.0, 5.0) / self.density
