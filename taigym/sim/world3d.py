@@ -217,6 +217,24 @@ class World3D:
             raise ValueError(f"pose {tuple(self._pose[b, handle])} puts the container outside the "
                              f"domain [0, {self.size[0]}] x [0, {self.size[1]}] x [0, {self.size[2]}] m")
 
+    def set_shape(self, handle: int, shape: Shape3, *, member: int | None = None) -> None:
+        """Replace a body's shape (e.g. a new task's container) in one or all members; it must
+        fit in the domain at the body's pose."""
+        self._check_handle(handle)
+        self._check_solid(shape)
+        idx = self._members_of(member)
+        old = [self._members[b].shapes[handle] for b in idx]
+        try:
+            for b in idx:
+                self._members[b].shapes[handle] = shape
+                self._check_inside(b, handle, shape)
+        except ValueError:
+            for b, prev in zip(idx, old):
+                self._members[b].shapes[handle] = prev
+            raise
+        if self._solver is not None:
+            self._upload_bodies()
+
     def fill_body(self, handle: int, fill: float, *, member: int | None = None) -> int:
         """Seed liquid at rest in a container up to ``fill`` of its interior height."""
         self._check_handle(handle)
