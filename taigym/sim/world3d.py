@@ -197,23 +197,29 @@ class World3D:
                 raise ValueError(f"container profile has more than {MAX_CHAIN_POINTS} vertices")
 
     def _check_inside(self, b: int, handle: int, shape: Shape3) -> None:
-        """A container at its pose lies inside the domain (its bounding sphere, then its
-        bounding box's corners); a box obstacle may reach through the domain's edge."""
+        """A container at its pose lies inside the domain (its bounding sphere, then its walls'
+        outline); a box obstacle may reach through the domain's edge."""
         if not isinstance(shape, Container3):
             return
         c = self._pose[b, handle, :3]
         reach = shape.bounding_radius
         if np.all(c - reach >= 0) and np.all(c + reach <= self.size):
             return
-        r = shape.width / 2 + shape.wall_thickness
-        if shape.shape == "oval":
-            r = max(r, shape.section2d.params["body_width"] / 2 + shape.wall_thickness)
-        lo = np.array([-r, -shape.wall_thickness, -r])
-        hi = np.array([r, shape.height, r])
-        corners = np.array([[x, y, z] for x in (lo[0], hi[0]) for y in (lo[1], hi[1])
-                            for z in (lo[2], hi[2])])
-        world = corners @ _matrix(self._pose[b, handle, 3:]).T + c
-        if (world.min(0) < -1e-9).any() or (world.max(0) > np.array(self.size) + 1e-9).any():
+        if shape.kind == KIND_SQUARE:
+            r, t = shape.width / 2 + shape.wall_thickness, shape.wall_thickness
+            outline = np.array([[x, y, z] for x in (-r, r) for y in (-t, shape.height)
+                                for z in (-r, r)])
+            margin = 0.0
+        else:  # the wall chain's points revolved at 16 angles; the capsules' radius around them
+            phi = np.linspace(0.0, 2 * math.pi, 16, endpoint=False)
+            rr, yy = np.abs(shape.walls[:, 0])[:, None], shape.walls[:, 1][:, None]
+            outline = np.stack([rr * np.cos(phi), np.broadcast_to(yy, (len(rr), 16)),
+                                rr * np.sin(phi)], -1).reshape(-1, 3)
+            # + the chord's sag between two of the 16 angles
+            margin = shape.radius + float(rr.max()) * (1 - math.cos(math.pi / 16))
+        world = outline @ _matrix(self._pose[b, handle, 3:]).T + c
+        if (world.min(0) - margin < -1e-9).any() or \
+                (world.max(0) + margin > np.array(self.size) + 1e-9).any():
             raise ValueError(f"pose {tuple(self._pose[b, handle])} puts the container outside the "
                              f"domain [0, {self.size[0]}] x [0, {self.size[1]}] x [0, {self.size[2]}] m")
 
