@@ -21,42 +21,8 @@ import numpy as np
 
 from taigym.models.max_tilt import max_tilt_3d
 from taigym.sim.geometry3d import container3d
+from taigym.sim.scenes3d import BOTTOM, HEIGHT, TOP, quasi_static_tilt
 from taigym.sim.world3d import World3D
-
-TOP, BOTTOM, HEIGHT = 0.06, 0.04, 0.06        # m, interior diameters at the opening / bottom, height
-SIZE = (0.14, 0.12, 0.10)                       # m, room for the cup tilted past 50 degrees
-ORIGIN = (0.085, 0.035, 0.05)                   # m, the cup's inner bottom centre
-
-
-def tilt(cells: int, fill: float, margin_deg: float, omega: float, hold: float) -> dict:
-    model = max_tilt_3d(BOTTOM / 2, TOP / 2, HEIGHT, fill * HEIGHT)
-    targets = np.array([model - math.radians(margin_deg), model + math.radians(margin_deg)])
-    dx = SIZE[0] / cells
-    w = World3D(size=SIZE, cells=cells, batch_size=2, seed=0)
-    cup = container3d("frustum", width=TOP, height=HEIGHT, bottom_width=BOTTOM, wall_thickness=2.2 * dx)
-    h = w.add_body(cup, pose=(*ORIGIN, 0.0, 0.0, 0.0), fill=fill)
-    w.build()
-    step, t, theta = 0.05, 0.0, np.zeros(2)
-    t_end = targets.max() / omega + hold
-    times = []
-    while t < t_end - 1e-9:
-        nxt = np.minimum(omega * (t + step), targets)
-        pose = np.array([[*ORIGIN, 0.0, 0.0, th] for th in theta])
-        vel = np.array([[0.0] * 5 + [(n - th) / step] for n, th in zip(nxt, theta)])
-        w.set_pose(h, pose, vel)
-        t0 = time.perf_counter()
-        w.advance(step)
-        times.append(time.perf_counter() - t0)
-        theta, t = nxt, t + step
-    out = {"fill": fill, "model_deg": math.degrees(model), "cells": cells,
-           "particles": w.particle_count(), "unstable": w.unstable}
-    for b, name in enumerate(("below", "above")):
-        d = w.diagnostics(b)
-        out[f"{name}_deg"] = math.degrees(targets[b])
-        out[f"{name}_left"] = 1.0 - d["in"][h]
-        out[f"{name}_volume_drift"] = d["volume_drift"]
-    out["step_s_batch2"] = float(np.median(times[1:]))
-    return out
 
 
 def step_time(cells: int, seconds: float = 1.0) -> dict:
@@ -89,12 +55,15 @@ def main() -> None:
     ap.add_argument("--timing-cells", type=int, nargs="*", default=[16, 24])
     args = ap.parse_args()
     load = os.getloadavg()[0]
-    r = tilt(args.cells, args.fill, args.margin, args.omega, args.hold)
-    print(f"frustum top {TOP} m, bottom {BOTTOM} m, height {HEIGHT} m, fill {r['fill']}: "
-          f"max_tilt_3d = {r['model_deg']:.1f} deg; {r['particles']} particles, {args.cells} cells")
-    for name in ("below", "above"):
-        print(f"  tilted to {r[name + '_deg']:5.1f} deg: {100 * r[name + '_left']:6.2f} % left the cup, "
-              f"volume drift {100 * r[name + '_volume_drift']:+.2f} %")
+    model = max_tilt_3d(BOTTOM / 2, TOP / 2, HEIGHT, args.fill * HEIGHT)
+    r = quasi_static_tilt([model - math.radians(args.margin), model + math.radians(args.margin)],
+                          args.fill, args.cells, args.omega, args.hold)
+    r["model_deg"] = math.degrees(model)
+    print(f"frustum top {TOP} m, bottom {BOTTOM} m, height {HEIGHT} m, fill {args.fill}: "
+          f"max_tilt_3d = {r['model_deg']:.1f} deg; {r['particles']} particles, {args.cells} cells, "
+          f"{1e3 * r['step_s']:.0f} ms per step for the batch of 2")
+    for deg, left, drift in zip(r["tilt_deg"], r["left"], r["volume_drift"]):
+        print(f"  tilted to {deg:5.1f} deg: {100 * left:6.2f} % left the cup, volume drift {100 * drift:+.2f} %")
     timings = [step_time(c) for c in args.timing_cells]
     for tm in timings:
         print(f"  control step (0.05 s) at {tm['grid']} cells, {tm['particles']} particles: "

@@ -1,16 +1,18 @@
 """The 3D liquid backend: geometry of revolved containers, World3D's checks, and the solver's
 rest, determinism and batching properties on tiny grids (16^3, a few thousand particles).
 
-Every world here has the same domain, grid and particle capacity, so the kernel compiles once
-per batch size (Taichi's offline cache serves the others)."""
+A World3D compiles its kernel on its first advance (~15 s here): the physics tests share one
+built world (module fixture) and restart its liquid, so the fast ones compile once."""
 
 import math
 
 import numpy as np
-from scipy.spatial.transform import Rotation
 import pytest
+from scipy.spatial.transform import Rotation
 
+from taigym.models.max_tilt import max_tilt_3d
 from taigym.sim.geometry3d import Box3, container3d
+from taigym.sim.scenes3d import BOTTOM, HEIGHT, TOP, quasi_static_tilt
 from taigym.sim.world3d import World3D
 
 SIZE, CELLS, CAPACITY = (0.1, 0.1, 0.1), 16, 6000
@@ -217,3 +219,14 @@ def test_accelerated_frame_tilts_the_surface(world):
         w.set_shape(0, container3d("cup", width=0.06, height=0.06, wall_thickness=WALL))
     expected = -a / 9.81 * R * R / (4 * H)
     assert np.mean(shifts[-10:]) == pytest.approx(expected, rel=0.25)
+
+
+@pytest.mark.slow  # ~60 s
+def test_quasi_static_tilt_below_and_above_the_max_tilt():
+    """DESIGN.md §6: a frustum tilted slowly to 6 degrees below seed 002's 3D max tilt keeps its
+    liquid; 6 degrees above, it spills (20-cell grid, ~1100 particles)."""
+    fill = 0.5
+    model = max_tilt_3d(BOTTOM / 2, TOP / 2, HEIGHT, fill * HEIGHT)
+    r = quasi_static_tilt([model - math.radians(6), model + math.radians(6)], fill)
+    assert not r["unstable"]
+    assert r["left"][0] < 0.001 and r["left"][1] > 0.02

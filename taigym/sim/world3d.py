@@ -102,9 +102,8 @@ class World3D:
         self._solver = None
         self._diag = None
         self._in_body = None
-        self._x_read = None
-        self._owner_read = None
-        self._x_fresh = False
+        self._x_read = None            # positions, read with the diagnostics after every change
+        self._owner_read = None        # ... and each particle's container
         self._vol0 = np.zeros(self.batch_size)
         # per member: g - a (3, world), origin (3), omega0 (3), alpha (3), flag; rotation R0
         self._frame = np.zeros((self.batch_size, 13))
@@ -383,7 +382,6 @@ class World3D:
             self._x_read = np.zeros((self.batch_size, self._solver.P, 3), np.float32)
             self._owner_read = np.zeros((self.batch_size, self._solver.P), np.int8)
         self._solver.read_state(out, self._x_read, self._owner_read)
-        self._x_fresh = True
         self._diag = out[:, :N_DIAG].astype(np.float64)
         self._in_body = out[:, N_DIAG:].round().astype(np.int64)
 
@@ -482,8 +480,7 @@ class World3D:
         """(N, 3) particle positions of a member, m."""
         self._require_built()
         b = self._members_of(member)[0]
-        x = self._x_read if self._x_fresh else self._solver.x.to_numpy()
-        return x[b, :self.particle_count(b)].astype(np.float64)
+        return self._x_read[b, :self.particle_count(b)].astype(np.float64)
 
     def velocities(self, member: int = 0) -> np.ndarray:
         """(N, 3) particle velocities of a member, m/s."""
