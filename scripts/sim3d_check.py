@@ -31,7 +31,7 @@ def step_time(cells: int, seconds: float = 1.0) -> dict:
     dx = size[0] / cells
     w = World3D(size=size, cells=cells, seed=0)
     h = w.add_body(container3d("cup", width=0.08, height=0.08, wall_thickness=2.2 * dx),
-                   pose=(0.075, 0.02, 0.075, 0, 0, 0), fill=0.6)
+                   pose=(0.075, 0.035, 0.075, 0, 0, 0), fill=0.6)
     w.build()
     w.advance(0.05)  # compiles
     times = []

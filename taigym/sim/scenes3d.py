@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from .geometry3d import container3d
+from .geometry3d import Box3, container3d
 from .world3d import World3D
 
 TOP, BOTTOM, HEIGHT = 0.06, 0.04, 0.06        # m, interior diameters at the opening / bottom, height
@@ -43,3 +43,27 @@ def quasi_static_tilt(targets, fill: float, cells: int = 20, omega: float = 0.3,
             "left": [1.0 - w.diagnostics(b)["in"][h] for b in range(len(targets))],
             "volume_drift": [w.diagnostics(b)["volume_drift"] for b in range(len(targets))],
             "step_s": float(np.median(times[1:]))}
+
+
+def torricelli_tank(depth: float = 0.06, orifice: float = 0.025, cells: int = 60,
+                    **world_kw) -> tuple[World3D, dict]:
+    """A tank on a raised floor with a slot orifice at the bottom of its right wall, across the
+    domain's whole (thin, 4-cell) depth in z: the 3D solver on a jet that is uniform in z.
+
+    Returns the unbuilt world and the geometry: orifice centre (x, y), the liquid surface height
+    at the start, and the tank's inner x-range (m). The slot spans five cells at the default
+    grid (``flip2d``'s tank found that a jet through 3 or 4 cells loses ~10 % of its speed)."""
+    W, H = 0.3, 0.2
+    dx = W / cells
+    D = 4 * dx
+    floor_top, wall_x, wall_w = 0.04, 0.08, 2.4 * dx
+    world = World3D(size=(W, H, D), cells=cells, **world_kw)
+    world.add_body(Box3(wall_x + wall_w, floor_top, 2 * D),
+                   pose=((wall_x + wall_w) / 2, floor_top / 2, D / 2, 0, 0, 0))
+    wall_bottom = floor_top + orifice
+    world.add_body(Box3(wall_w, H - wall_bottom, 2 * D),
+                   pose=(wall_x + wall_w / 2, (H + wall_bottom) / 2, D / 2, 0, 0, 0))
+    surface = floor_top + orifice / 2 + depth
+    world.add_liquid_box((0.0, floor_top, 0.0), (wall_x, surface, D))
+    return world, {"orifice": (wall_x + wall_w, floor_top + orifice / 2), "surface": surface,
+                   "tank": (0.0, wall_x), "floor": floor_top}
