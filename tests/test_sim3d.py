@@ -12,7 +12,7 @@ from scipy.spatial.transform import Rotation
 
 from taigym.models.max_tilt import max_tilt_3d
 from taigym.sim.geometry3d import Box3, container3d
-from taigym.sim.scenes3d import BOTTOM, HEIGHT, TOP, quasi_static_tilt
+from taigym.sim.scenes3d import BOTTOM, HEIGHT, TOP, quasi_static_tilt, torricelli_tank
 from taigym.sim.world3d import World3D
 
 SIZE, CELLS, CAPACITY = (0.1, 0.1, 0.1), 16, 6000
@@ -230,3 +230,24 @@ def test_quasi_static_tilt_below_and_above_the_max_tilt():
     r = quasi_static_tilt([model - math.radians(6), model + math.radians(6)], fill)
     assert not r["unstable"]
     assert r["left"][0] < 0.001 and r["left"][1] > 0.02
+
+
+@pytest.mark.slow  # ~45 s
+def test_torricelli_jet_speed():
+    """DESIGN.md §6: the jet leaving a slot at depth h has speed sqrt(2 g h) within 10 %
+    (median speed 2-5 cells past the slot, mean ratio over 0.15-0.3 s, as the 2D test)."""
+    world, geo = torricelli_tank()
+    world.build()
+    ox, oy = geo["orifice"]
+    dx = world.dx
+    ratios = []
+    for step in range(12):
+        world.advance(0.025)
+        if step < 6:  # let the outflow establish itself (0.15 s)
+            continue
+        x, v = world.positions(), world.velocities()
+        level = np.percentile(x[x[:, 0] < geo["tank"][1], 1], 99.5)
+        jet = (x[:, 0] > ox + 2 * dx) & (x[:, 0] < ox + 5 * dx) & (np.abs(x[:, 1] - oy) < 6 * dx)
+        assert jet.sum() > 10, "no jet left the orifice"
+        ratios.append(np.median(np.linalg.norm(v[jet], axis=1)) / math.sqrt(2 * 9.81 * (level - oy)))
+    assert abs(np.mean(ratios) - 1.0) < 0.10, np.round(ratios, 3)
