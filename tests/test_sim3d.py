@@ -136,7 +136,7 @@ def test_cup_at_rest_keeps_its_liquid_and_volume(world):
 @pytest.mark.slow
 def test_cup_at_rest_ten_seconds(world):
     w = restart(world)
-    n, drifts = rest_run(w, 10.0)
+    _, drifts = rest_run(w, 10.0)
     assert not w.unstable and w.diagnostics()["in"][0] == 1.0
     assert np.abs(drifts).max() < 0.01
 

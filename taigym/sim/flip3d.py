@@ -33,14 +33,9 @@ import taichi as ti
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
                         D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
                         VISCOSITY_SKIP)
-from .flip2d import MIC_SIGMA, MIC_TAU, PARALLEL_LANES, PCG_MAX_ITERS, PCG_TOLERANCE, SDF_BAND
-from .flip2d import open_fraction
+from .flip2d import (MIC_SIGMA, MIC_TAU, PARALLEL_LANES, PCG_MAX_ITERS, PCG_TOLERANCE, SDF_BAND,
+                     open_fraction)
 from .geometry3d import KIND_BOX3, KIND_REVOLVED
-
-# Row of the per-body state uploaded by set_body_state: centre (3), rotation matrix (9, row
-# major), linear velocity (3), angular velocity (3, world axes).
-BODY_STATE = 18
-
 
 @ti.func
 def unit(a: ti.template()):
@@ -632,8 +627,8 @@ class Flip3D:
             for leg in range(legs):
                 mid = x + 0.5 * h * self.grid_velocity(b, x)
                 x = x + h * self.grid_velocity(b, mid)
-                phi0, grad0, vs = self.solid_at(b, x)
-                phi, grad, vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
+                _phi0, _grad0, vs = self.solid_at(b, x)
+                phi, grad, _vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
                 if phi < rp:
                     nrm = grad.normalized(1e-12)
                     x = x + (rp - phi) * nrm
@@ -753,7 +748,8 @@ class Flip3D:
 
     @ti.kernel
     def set_body_state(self, state: ti.types.ndarray(dtype=ti.f32, ndim=3)):
-        """Every body's centre, rotation matrix, linear and angular velocity: (B, K, 18)."""
+        """Every body's centre (3), rotation matrix (9, row major), linear velocity (3) and
+        angular velocity (3, world axes): (B, K, 18)."""
         for b, k in ti.ndrange(self.B, self.K):
             self.centre[b, k] = ti.Vector([state[b, k, 0], state[b, k, 1], state[b, k, 2]])
             for r, c in ti.static(ti.ndrange(3, 3)):

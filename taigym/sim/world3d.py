@@ -20,14 +20,14 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from . import backend
-from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
-                        D_TIME, D_UNSTABLE, N_DIAG)
+from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS, D_TIME,
+                        D_UNSTABLE, N_DIAG)
 from .geometry3d import KIND_BOX3, KIND_SQUARE, Box3, Container3
 
 Shape3 = Box3 | Container3
 MAX_CHAIN_POINTS = 48     # capacity per body: wall chain points / interior polygon vertices
-VISCOUS_DT_LIMIT = 0.16
-JITTER = 0.125            # particle jitter, fraction of the spacing   # explicit viscosity is stable for dt * nu / dx^2 <= 1/6 in 3D
+VISCOUS_DT_LIMIT = 0.16   # explicit viscosity is stable for dt * nu / dx^2 <= 1/6 in 3D
+JITTER = 0.125            # particle jitter, fraction of the spacing
 
 
 @dataclass
@@ -279,7 +279,7 @@ class World3D:
             self._solver.nu.from_numpy(self._nu.astype(np.float32))
 
     # ------------------------------------------------------------------ build and upload
-    def build(self) -> "World3D":
+    def build(self) -> World3D:
         """Initialise Taichi (explicit arch), allocate the solver and upload the scene."""
         from .flip3d import Flip3D
 
