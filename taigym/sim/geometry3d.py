@@ -155,11 +155,9 @@ class Container3:
     def interior_volume(self) -> float:
         return self.liquid_volume(1.0)
 
-    def fill_points(self, fill: float, spacing: float, margin: float = 0.0) -> np.ndarray:
+    def fill_points(self, fill: float, spacing: float) -> np.ndarray:
         """(N, 3) cell-centred lattice points ((k + 1/2) * spacing) inside the interior and below
-        y = fill * height, N * spacing^3 ~= liquid_volume(fill); with ``margin`` (m) > 0, only
-        points that stay inside when moved up to ``margin`` along each axis towards the walls
-        (so that a jitter of that size keeps every point in the interior)."""
+        y = fill * height. N * spacing^3 ~= liquid_volume(fill)."""
         level = _check_fill(fill) * self.height
         h = _positive("spacing", spacing)
         r = 0.5 * max(self.width, float(np.abs(self.interior[:, 0]).max()) * 2)
@@ -167,13 +165,7 @@ class Container3:
         ys = (np.arange(-1, math.ceil(level / h) + 1) + 0.5) * h
         ys = ys[ys < level]
         g = np.stack(np.meshgrid(xs, ys, xs, indexing="ij"), axis=-1).reshape(-1, 3)
-        if not len(g):
-            return g
-        keep = self.contains(g)
-        if margin > 0:
-            keep &= self.contains(g + margin * np.column_stack((np.sign(g[:, 0]), -np.ones(len(g)),
-                                                               np.sign(g[:, 2]))))
-        return g[keep]
+        return g[self.contains(g)] if len(g) else g
 
 
 def container3d(shape: str, width: float = 0.08, height: float = 0.1, wall_thickness: float = 0.01,

@@ -127,15 +127,18 @@ class World3D:
         if not (isinstance(handle, (int, np.integer)) and 0 <= handle < self._pose.shape[1]):
             raise ValueError(f"handle must be a body handle in [0, {self._pose.shape[1]}), got {handle!r}")
 
+    def _jitter(self, b: int, n: int) -> np.ndarray:
+        # a quarter of the spacing breaks the lattice's symmetry without clumping particles
+        return self._rngs[b].uniform(-JITTER, JITTER, size=(n, 3)) * self.spacing
+
     def _add_particles(self, b: int, x: np.ndarray, v: np.ndarray) -> None:
+        """Append particles (already jittered) to member b."""
         if self._solver is not None:
             self._download_particles()
         m = self._members[b]
         if self._solver is not None and len(m.x) + len(x) > self._solver.P:
             raise ValueError(f"liquid needs {len(m.x) + len(x)} particles but max_particles="
                              f"{self._solver.P}; pass a larger max_particles to World3D")
-        # a quarter of the spacing breaks the lattice's symmetry without clumping particles
-        x = x + self._rngs[b].uniform(-JITTER, JITTER, size=x.shape) * self.spacing
         m.x = np.concatenate([m.x, x])
         m.v = np.concatenate([m.v, v])
         if self._solver is not None:
@@ -155,7 +158,7 @@ class World3D:
         pts = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
         vel = np.broadcast_to(_finite_vector("velocity", velocity, 3), pts.shape)
         for b in self._members_of(member):
-            self._add_particles(b, pts, vel)
+            self._add_particles(b, pts + self._jitter(b, len(pts)), vel)
         return len(pts)
 
     def add_body(self, shape: Shape3, pose: Sequence[float] = (0.0,) * 6, *,
@@ -248,7 +251,10 @@ class World3D:
             shape = self._members[b].shapes[handle]
             if not isinstance(shape, Container3):
                 raise ValueError(f"body {handle} is not a container and cannot be filled")
-            local = shape.fill_points(fill, self.spacing, margin=1.01 * JITTER * self.spacing)
+            local = shape.fill_points(fill, self.spacing)
+            # a point that its jitter would take out of the interior stays on the lattice
+            moved = local + self._jitter(b, len(local))
+            local = np.where(shape.contains(moved)[:, None], moved, local)
             pts = local @ _matrix(self._pose[b, handle, 3:]).T + self._pose[b, handle, :3]
             self._add_particles(b, pts, np.zeros_like(pts))
             n = len(pts)
