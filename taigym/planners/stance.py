@@ -54,6 +54,7 @@ GRASP_DIR = {"rail": (0.0, 0.0, 1.0), "rung": (-0.6, 0.0, 0.8)}   # hand centre 
 POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
 ROT_TOL = 0.02          #: rad, sole orientation residual
 COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margins)
+EDGE_MARGIN = 0.0       #: m, a sole's centre stays this far inside its surface's u range
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
 STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
 DEBUG = False
@@ -201,7 +202,7 @@ def _qp(P, q, A, lo, hi, *, approximate: bool = False):
     accepts an iterate that hit the iteration limit if it meets the constraints to 1e-4 (an SQP
     step need not be exact: the next iteration corrects it)."""
     scale = 1.0 / max(float(np.abs(np.diag(P)).max()), 1e-12)
-    solver = osqp.OSQP()
+    solver = osqp.OSQP(algebra="builtin")   # naming it skips a per-call backend search (~1 ms)
     solver.setup(sparse.csc_matrix(P * scale), q * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
                  eps_abs=1e-7, eps_rel=1e-7, max_iter=4000, polishing=True)
     res = solver.solve(raise_error=False)
@@ -352,11 +353,15 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     base, quat, q = x
     q_ref = hum.stand_posture()
     nv = 27 + (free is not None)
+    # the step bound adapts: halved when the objective (merit) rose, regrown by 1.5 when it
+    # fell; a fixed bound made the iterates oscillate at it when the CoM target is out of reach
+    trust, prev, step = TRUST, math.inf, TRUST
     for it in range(iters):
         model.set((base, quat, q))
         H = np.zeros((nv, nv))
         g = np.zeros(nv)
         err_max = 0.0
+        merit = 0.0
         contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
         for c in contacts:
             link = rob.link_index[hum.LIMB_LINK[c.limb]]
@@ -369,12 +374,14 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             if free is not None and c.limb == free.limb:
                 J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # the target moves with u
             err_max = max(err_max, np.abs(e).max())
+            merit += W_CONTACT * e @ e
             H += W_CONTACT * J.T @ J
             g -= W_CONTACT * J.T @ e
             if Rt is not None:
                 _, Rc = rob.limb_frame(c.limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 err_max = max(err_max, 0.1 * np.abs(er).max())
+                merit += 0.1 * W_CONTACT * er @ er
                 Jr = np.zeros((3, nv))
                 Jr[:, :27] = Ja
                 H += 0.1 * W_CONTACT * Jr.T @ Jr
@@ -391,14 +398,20 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         g[3:6] -= W_UPRIGHT * eo
         H[6:27, 6:27] += 1.0 * np.eye(21)
         g[6:27] -= 1.0 * (q_ref - q)
+        merit += W_COM * ec @ ec + W_UPRIGHT * eo @ eo + (q_ref - q) @ (q_ref - q)
         if free is not None:
             g[27] -= W_PROGRESS * goal_dir      # progress of the new contact towards the goal
+            merit -= 2 * W_PROGRESS * goal_dir * u
+        trust = max(0.5 * trust, 1e-3) if merit > prev else min(1.5 * trust, TRUST)
+        prev = merit
+        if err_max < POS_TOL and max(step, trust) <= 2e-3:
+            break        # contacts met and the steps (or their bound) vanish: converged
         H += 1e-3 * np.eye(nv)
-        lo = np.r_[np.full(6, -TRUST), np.maximum(rob.lower - q, -TRUST)]
-        hi = np.r_[np.full(6, TRUST), np.minimum(rob.upper - q, TRUST)]
+        lo = np.r_[np.full(6, -trust), np.maximum(rob.lower - q, -trust)]
+        hi = np.r_[np.full(6, trust), np.minimum(rob.upper - q, trust)]
         if free is not None:
-            lo = np.r_[lo, max(u_bounds[0] - u, -TRUST)]
-            hi = np.r_[hi, min(u_bounds[1] - u, TRUST)]
+            lo = np.r_[lo, max(u_bounds[0] - u, -trust)]
+            hi = np.r_[hi, min(u_bounds[1] - u, trust)]
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
@@ -406,6 +419,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         if dx is None:
             return "sqp subproblem"
         base = base + dx[:3]
+        step = float(np.abs(dx).max())
         quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
         q = np.clip(q + dx[6:27], rob.lower, rob.upper)
         if free is not None:
@@ -414,11 +428,12 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             break
         if it >= 20 and err_max > 0.05:      # far from the contacts after 20 steps: unreachable
             return "unreachable"
-    model.set((base, quat, q))
     contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
+    # polish: project onto the contact constraints (the weighted SQP leaves up to a few mm)
+    base, quat, q = _polish(model, (base, quat, q), contacts)
     for c in contacts:
         tgt, Rt = model.target(c)
-        if np.abs(tgt - model.limb_ref(c.limb)).max() > POS_TOL * 2:
+        if np.linalg.norm(tgt - model.limb_ref(c.limb)) > POS_TOL:
             return "position residual"
         if Rt is not None:
             _, Rc = rob.limb_frame(c.limb)
@@ -429,6 +444,46 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     if model.collides(tuple(contacts)):
         return "collision"
     return base, quat, q, u
+
+
+def _polish(model: StanceModel, x, contacts, iters: int = 8):
+    """Gauss-Newton projection of a configuration onto its contacts: min ||dx||^2 s.t. every
+    contact's position (and sole orientation) error is cancelled to first order, joint limits
+    as bounds; stops when the largest position error is below POS_TOL / 4. Leaves the model set
+    to the result."""
+    rob = model.robot
+    base, quat, q = x
+    for _ in range(iters):
+        model.set((base, quat, q))
+        rows, errs, worst = [], [], 0.0
+        for c in contacts:
+            link = rob.link_index[hum.LIMB_LINK[c.limb]]
+            tgt, Rt = model.target(c)
+            cur = model.limb_ref(c.limb)
+            Jl, Ja = rob.jacobians(link, cur[None])
+            rows.append(Jl[0])
+            errs.append(tgt - cur)
+            worst = max(worst, float(np.linalg.norm(tgt - cur)))
+            if Rt is not None:
+                _, Rc = rob.limb_frame(c.limb)
+                er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
+                rows.append(Ja)
+                errs.append(er)
+                worst = max(worst, 0.1 * float(np.abs(er).max()))
+        if worst < POS_TOL / 4:
+            break
+        J, e = np.vstack(rows), np.concatenate(errs)
+        lo = np.r_[np.full(6, -TRUST), rob.lower - q]
+        hi = np.r_[np.full(6, TRUST), rob.upper - q]
+        A = np.vstack([J, np.eye(27)])
+        dx = _qp(np.eye(27), np.zeros(27), A, np.r_[e, lo], np.r_[e, hi], approximate=True)
+        if dx is None:
+            break
+        base = base + dx[:3]
+        quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
+        q = np.clip(q + dx[6:27], rob.lower, rob.upper)
+    model.set((base, quat, q))
+    return base, quat, q
 
 
 def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06):
@@ -555,6 +610,8 @@ def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
             # where the limb is now, along the surface; reach at most REACH ahead, 0.2 m back
             u_now = float((here - np.asarray(s.origin)) @ t)
             lo, hi = max(s.u_range[0], u_now - 0.2), min(s.u_range[1], u_now + REACH)
+            if s.kind == "plane" and limb in hum.FEET:    # keep the sole off the surface's edges
+                lo, hi = max(lo, s.u_range[0] + EDGE_MARGIN), min(hi, s.u_range[1] - EDGE_MARGIN)
             if s.kind == "bar" and s.u_range[0] == s.u_range[1]:
                 lo = hi = s.u_range[0]
                 if np.linalg.norm(model.target(Contact(limb, s.name, lo))[0] - here) > 0.7:
