@@ -77,8 +77,13 @@ class Contact:
     yaw: float = 0.0
 
 
+KEY_RESOLUTION = 0.05   #: m, stances whose contacts differ by less are one search node
+
+
 def stance_key(stance) -> tuple:
-    return tuple(sorted((c.limb, c.surface, round(c.u, 2)) for c in stance))
+    """The search's identity of a stance: contacts with u on a KEY_RESOLUTION grid (a hand 1 cm
+    higher on the wall is not a new way forward; at 1 cm the search drowned in such copies)."""
+    return tuple(sorted((c.limb, c.surface, round(c.u / KEY_RESOLUTION)) for c in stance))
 
 
 @dataclass
@@ -302,7 +307,7 @@ def _fail(reason: str):
 
 
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
-             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 60, lean: float = 0.4):
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float = 0.4):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
     ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
 
