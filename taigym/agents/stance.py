@@ -54,7 +54,7 @@ PHASE_TIMEOUT = 5.0    # s
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
 MU_MARGIN = 0.85       # fraction of the friction cones the controller may use
-W_COM, W_LIMB, W_POSTURE = 100.0, 100.0, 1.0   # task weights (torso orientation 10)
+W_COM, W_LIMB, W_POSTURE = 1000.0, 100.0, 1.0   # task weights (torso orientation 10); the CoM first
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
@@ -181,10 +181,15 @@ class StanceAgent(Agent):
             if ph.get("rot") is not None:
                 tilt = Rotation.from_matrix(ph["rot"] @ rob.limb_frame(ph["limb"])[1].T).as_rotvec()
                 flat = np.linalg.norm(tilt) < FLAT_TOL
-            landed = (touching or ph["grip"]) and flat and len(ph["path"]) == 1 and dist <= LIMB_SPEED * dt
-            if landed and (err < REACH_TOL or (err < REACH_TOUCH_TOL and ph["t_way"] > 0.5)):
-                if ph["grip"]:
+            if ph["grip"]:
+                # a hand grips when it is on its final approach and within reach of the bar
+                # (the env makes the grasp within 2 cm of its surface); it has landed once the
+                # grasp holds (obs: grasp flags)
+                if len(ph["path"]) == 1 and err < REACH_TOUCH_TOL:
                     self.grip[ph["limb"]] = True
+                touching = obs[59 + hum.HANDS.index(ph["limb"])] > 0.5
+            landed = touching and flat and len(ph["path"]) == 1 and dist <= LIMB_SPEED * dt
+            if landed and (ph["grip"] or err < REACH_TOL or (err < REACH_TOUCH_TOL and ph["t_way"] > 0.5)):
                 done = True
         elif ph["kind"] == "load":
             done |= self.t_phase >= LOAD_TIME

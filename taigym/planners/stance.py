@@ -554,16 +554,32 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         if step0 is None:
             out.status = "exhausted"
             return out
+        # lazy best-first: a child enters the queue with an optimistic priority (an Adj+ contact
+        # at the far end of its range) and its IK is solved only when it is popped; a solved
+        # child re-enters with its true priority. Most children are never popped, so the IK
+        # runs about once per expansion instead of once per neighbour.
         counter = 0
-        queue = [(_heuristic(model, stance0, goal), counter, stance0, step0, None)]
-        parents: dict[tuple, tuple] = {}
+        queue = [(_heuristic(model, stance0, goal), counter, 0.0, stance0, step0, None, None)]
         seen = {stance_key(stance0)}
         nodes = {}
         while queue:
             if time.perf_counter() - t0 > time_limit or out.nodes >= max_nodes:
                 out.status = "budget"
                 return out
-            f, _, stance, step, parent = heapq.heappop(queue)
+            _, _, g, stance, step, parent, move = heapq.heappop(queue)
+            if step is None:                       # a lazy child: solve its IK now
+                out.ik_calls += 1
+                res = move()
+                if res is None:
+                    continue
+                child, cstep = res
+                ck = stance_key(child)
+                if ck in seen:
+                    continue
+                seen.add(ck)
+                counter += 1
+                heapq.heappush(queue, (g + _heuristic(model, child, goal), counter, g, child, cstep, parent, None))
+                continue
             key = stance_key(stance)
             nodes[key] = (stance, step, parent)
             out.nodes += 1
@@ -580,18 +596,12 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
                 out.stances = [c[0] for c in chain]
                 out.steps = [c[1] for c in chain]
                 return out
-            x0 = (step.base_pos, step.base_quat, step.q)
-            g_cost = f - _heuristic(model, stance, goal)
-            for child, cstep in _neighbours(model, stance, x0, goal, out):
-                ck = stance_key(child)
-                if ck in seen:
+            for estimate, move in _moves(model, stance, (step.base_pos, step.base_quat, step.q), goal):
+                if stance_key(estimate) in seen:
                     continue
-                seen.add(ck)
                 counter += 1
-                prio = g_cost + 0.2 + _heuristic(model, child, goal)
-                heapq.heappush(queue, (prio, counter, child, cstep, key))
-                if time.perf_counter() - t0 > time_limit:
-                    break
+                heapq.heappush(queue, (g + 0.2 + _heuristic(model, estimate, goal), counter, g + 0.2, estimate,
+                                       None, key, move))
         out.status = "exhausted"
         return out
     finally:
@@ -599,9 +609,10 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         model.close()
 
 
-def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
-    """Adjacent stances reachable by the IK: Adj+ (each free limb on each surface it may touch,
-    position chosen by the IK) then Adj- (each contact released)."""
+def _moves(model: StanceModel, stance, x0, goal):
+    """Adjacent stances, unsolved: (estimate, solve) with solve() -> (stance, Step) or None.
+    Adj+: each free limb on each surface it may touch, its position chosen by the IK (the
+    estimate puts it at the far end of its range towards the goal); Adj-: each contact released."""
     used = {c.limb for c in stance}
     model.set(x0)
     for limb in hum.LIMBS:
@@ -625,18 +636,23 @@ def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
                 continue
             goal_dir = float(np.sign((goal - s.point(0.5 * (lo + hi))) @ t)) or 1.0
             free = Contact(limb, s.name, float(np.clip(u_now + 0.25 * goal_dir, lo, hi)))
-            out.ik_calls += 1
-            res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
-                           goal_dir=goal_dir)
-            if res is not None:
-                yield tuple(sorted(res[0].touching)), res[0]
+            far = Contact(limb, s.name, hi if goal_dir > 0 else lo)
+
+            def solve(free=free, lo=lo, hi=hi, goal_dir=goal_dir):
+                res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
+                               goal_dir=goal_dir)
+                return None if res is None else (tuple(sorted(res[0].touching)), res[0])
+
+            yield tuple(sorted(tuple(stance) + (far,))), solve
     if len(stance) >= 2:
         for c in stance:
             rest = tuple(x for x in stance if x is not c)
-            out.ik_calls += 1
-            res = solve_ik(model, x0, stance, rest)
-            if res is not None:
-                yield rest, res[0]
+
+            def solve(rest=rest):
+                res = solve_ik(model, x0, stance, rest)
+                return None if res is None else (rest, res[0])
+
+            yield rest, solve
 
 
 # ---------------------------------------------------------------------- the independent checker
