@@ -16,13 +16,17 @@ best-first search over adjacent stances.
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
-  posture, progress of the free contact; joint limits as bounds), then (3) the forces for that
+  posture, progress of the free contact; joint limits as bounds; its step bound shrinks when
+  the objective rises), polished by a Gauss-Newton projection onto the contacts (so every
+  contact is met to POS_TOL, well inside :func:`check_step`'s tolerance), then (3) the forces for that
   configuration: min ||f||^2 + ||tau / tau_max||^2 s.t. the six floating-base equilibrium rows
   G_b + J_b^T f = 0, cones, |tau| <= tau_max. Collision is checked with pybullet's closest points.
   The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
 * The **search**: best-first over stances (priority: distance of the feet contacts to the goal
-  over a step length, plus a small cost per stance), expanding Adj+ then Adj-, until both feet
-  are within the task's goal radius; within a node and wall-time budget. It returns a
+  over a step length, plus a small cost per stance), lazily: a neighbour (Adj+ or Adj-) is
+  queued with an optimistic priority and its IK solved only when it is popped; stances are
+  identified on a 5 cm grid of contact positions. It runs until both feet are within the task's
+  goal radius, within a node and wall-time budget. It returns a
   :class:`Plan` whose ``status`` is ``"solved"``, ``"budget"`` (node or time budget spent) or
   ``"exhausted"`` (no stance left to expand).
 
@@ -193,6 +197,12 @@ class StanceModel:
         return False
 
 
+#: a grasp's force on the hand: any direction but down (columns +x, +y, +z, -x, -y). A bar that
+#: presses the hand down lets a stance "squeeze" the body between a rail and a foot far from the
+#: CoM; statically valid, but the executions of such stances fell as soon as the rear foot left
+GRASP_GENERATORS = np.hstack([np.eye(3), -np.eye(3)[:, :2]])
+
+
 def _cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
     """(3, 4) edges of the pyramid inscribed in the friction cone of normal n."""
     a = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
@@ -229,7 +239,7 @@ def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
     pts = [fp for c in support for fp in model.force_points(c)]
     cols, gens = [], []
     for pt, kind, n, mu in pts:
-        K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
     m = len(cols)
@@ -267,7 +277,7 @@ def contact_forces(model: StanceModel, support):
         # the real contact points: the limb's points as they are in q (the IK met the targets)
         Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
         for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
             rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
             for k in range(K.shape[1]):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
