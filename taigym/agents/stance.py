@@ -6,9 +6,9 @@ finite state machine walks the sequence and, at every control step, feeds a QP c
 its objectives:
 
 * Adj- (a contact is released): ``shift`` the centre of mass to that of the next stance's
-  configuration while every contact is held and the contact to break is unloaded (a penalty on
-  its forces that rises from 0 over the shift, so its force goes smoothly to about zero), then
-  ``release`` it (and open the hand's grip).
+  configuration while every contact is held; once the CoM is there, unload the contact to break
+  (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
+  zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
   across, down) to its contact target while the others hold, pressing a centimetre past the
   surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
@@ -58,6 +58,7 @@ W_COM, W_LIMB, W_POSTURE = 1000.0, 100.0, 1.0   # task weights (torso orientatio
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
+HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
 
 
 def _kd(kp: float) -> float:
@@ -266,11 +267,11 @@ class StanceAgent(Agent):
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
             kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
-            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
-                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0)))
-        m = sum(K.shape[1] for _, K, _, _ in gens)
+                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS))
+        m = sum(g_[1].shape[1] for g_ in gens)
         nx = n + m + 21
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
         # objective
@@ -308,7 +309,10 @@ class StanceAgent(Agent):
         # constraints: dynamics, contacts, lambda >= 0, torque limits
         Bf = np.zeros((n, m))
         col, hi_l = 0, []
-        for J, K, kind, w_soft in gens:
+        press = np.zeros(m)      # a hand pushing on a wall presses with HAND_PRESS at least
+        for J, K, kind, w_soft, hand in gens:
+            if hand and kind == "cone" and w_soft == 0.0:
+                press[col:col + K.shape[1]] = 1.0      # the normal force is the coefficients' sum
             Bf[:, col:col + K.shape[1]] = J.T @ K
             hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
             H[n + col:n + col + K.shape[1], n + col:n + col + K.shape[1]] += w_soft * np.eye(K.shape[1])
@@ -318,10 +322,10 @@ class StanceAgent(Agent):
         A_dyn = np.hstack([M, -Bf, -S])
         A_con = np.hstack([Jcon, np.zeros((len(Jcon), m + 21))])
         A_box = np.eye(nx)[n:]
-        A = np.vstack([A_dyn, A_con, A_box])
+        A = np.vstack([A_dyn, A_con, A_box, np.r_[np.zeros(n), press, np.zeros(21)][None]])
         b_con = -DAMP_CONTACT * (Jcon @ nu)
-        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS]
-        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS]
+        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS, HAND_PRESS if press.any() else 0.0]
+        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS, np.inf]
         scale = 1.0 / max(np.abs(np.diag(H)).max(), 1e-9)
         solver = osqp.OSQP(algebra="builtin")
         solver.setup(sparse.csc_matrix(H * scale), g * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
