@@ -58,7 +58,6 @@ GRASP_DIR = {"rail": (0.0, 0.0, 1.0), "rung": (-0.6, 0.0, 0.8)}   # hand centre 
 POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
 ROT_TOL = 0.02          #: rad, sole orientation residual
 COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margins)
-EDGE_MARGIN = 0.0       #: m, a sole's centre stays this far inside its surface's u range
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
 STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
 DEBUG = False
@@ -636,8 +635,6 @@ def _moves(model: StanceModel, stance, x0, goal):
             # where the limb is now, along the surface; reach at most REACH ahead, 0.2 m back
             u_now = float((here - np.asarray(s.origin)) @ t)
             lo, hi = max(s.u_range[0], u_now - 0.2), min(s.u_range[1], u_now + REACH)
-            if s.kind == "plane" and limb in hum.FEET:    # keep the sole off the surface's edges
-                lo, hi = max(lo, s.u_range[0] + EDGE_MARGIN), min(hi, s.u_range[1] - EDGE_MARGIN)
             if s.kind == "bar" and s.u_range[0] == s.u_range[1]:
                 lo = hi = s.u_range[0]
                 if np.linalg.norm(model.target(Contact(limb, s.name, lo))[0] - here) > 0.7:
