@@ -91,3 +91,16 @@ def test_success_when_standing_at_the_goal():
     _, _, term, _, info = env.step(a)
     assert term and info["success"] and not info["fell"]
     env.close()
+
+
+def test_contact_friction_is_the_surfaces():
+    """pybullet multiplies both bodies' friction: the robot's links have 1, so a sole on the
+    slope gets the slope's mu (0.55) as the planner assumes, not half of it."""
+    import pybullet as p
+
+    env = gym.make("taigym/MultiContact-v0")
+    env.reset(seed=0, options={"task": MultiContactTask(family="slope", size=0.55)})
+    e = env.unwrapped
+    links = range(-1, p.getNumJoints(e.robot.body, physicsClientId=e.client))
+    assert all(p.getDynamicsInfo(e.robot.body, j, physicsClientId=e.client)[1] == 1.0 for j in links)
+    env.close()

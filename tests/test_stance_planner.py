@@ -48,8 +48,16 @@ def test_planner_solves_a_short_walk_and_every_step_checks():
     assert len(plan.steps) >= 3
     for a, b in zip(plan.stances, plan.stances[1:]):      # adjacent: one contact added or removed
         assert abs(len(a) - len(b)) == 1
-    for step in plan.steps:
-        assert st.check_step(TASK, step) == []
+    model = st.StanceModel(TASK)
+    try:
+        for step in plan.steps:
+            assert st.check_step(TASK, step) == []
+            # the IK's own promise, tighter than the checker's 5 mm: contacts met to POS_TOL
+            model.set((step.base_pos, step.base_quat, step.q))
+            for c in step.touching:
+                assert np.linalg.norm(model.target(c)[0] - model.limb_ref(c.limb)) <= st.POS_TOL
+    finally:
+        model.close()
 
 
 def test_unreachable_goal_ends_within_budget():

@@ -6,9 +6,14 @@ finite state machine walks the sequence and, at every control step, feeds a QP c
 its objectives:
 
 * Adj- (a contact is released): ``shift`` the centre of mass to that of the next stance's
-  configuration while every contact is held, then release it (and open the hand's grip).
+  configuration while every contact is held; once the CoM is there, unload the contact to break
+  (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
+  zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down) to its contact target while the others hold, then close the grip on a bar.
+  across, down) to its contact target while the others hold, pressing a centimetre past the
+  surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
+  then ``load`` it: the new contact joins the support with a penalty on its forces that falls
+  to 0 over the phase, while the CoM moves to the next configuration's.
 
 The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
 joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
@@ -38,16 +43,22 @@ from taigym.sim import humanoid as hum
 from .base import Agent
 
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
-SHIFT_TOL = 0.02       # m, CoM error that ends a shift
-REACH_TOL = 0.02       # m, limb error that ends a swing
-REACH_TOUCH_TOL = 0.05  # m, or this if the limb already touches the scene (a forearm on a rail)
+PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
+SHIFT_TOL = 0.015      # m, CoM error that ends a shift
+REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
+REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
+FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
+LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
+W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
-MU_MARGIN = 1.0        # fraction of the friction cones the controller may use
-W_COM, W_LIMB, W_POSTURE = 100.0, 100.0, 1.0   # task weights (torso orientation 10)
+MU_MARGIN = 0.85       # fraction of the friction cones the controller may use
+W_COM, W_LIMB, W_POSTURE = 1000.0, 100.0, 1.0   # task weights (torso orientation 10); the CoM first
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
+LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
+HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
 
 
 def _kd(kp: float) -> float:
@@ -94,7 +105,8 @@ class StanceAgent(Agent):
             com = self._com_of(b)
             if len(sb) < len(sa):                      # Adj-: shift the CoM, then let go
                 removed = sorted(sa - sb)
-                out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat))
+                out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat,
+                                unload=[c.limb for c in removed]))
                 out.append(dict(kind="release", support=sorted(sb), limbs=[c.limb for c in removed], com=com,
                                 q=b.q, quat=b.base_quat))
             else:                                      # Adj+: swing the limb onto the new contact
@@ -109,6 +121,8 @@ class StanceAgent(Agent):
                     normal /= np.linalg.norm(normal)
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
                                 com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot))
+                out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
+                                quat=b.base_quat))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
                         q=steps[-1].q, quat=steps[-1].base_quat))
         return out
@@ -126,7 +140,7 @@ class StanceAgent(Agent):
         rob.set_state(base, quat, q, v, w, qd)
         nu = np.r_[v, w, qd]
         com, Jc = rob.com_and_jacobian()
-        done = self.t_phase >= PHASE_TIMEOUT
+        done = self.t_phase >= PHASE_TIMEOUT + ph.get("t_path", 0.0)
         limb_task = None
         if ph["kind"] == "release":
             for limb in ph["limbs"]:
@@ -142,20 +156,44 @@ class StanceAgent(Agent):
                 above = ph["target"] + LIFT * ph["normal"]
                 rise = x + 0.3 * (above - x)     # an arc: up to the target's height early on
                 rise[2] = max(x[2], above[2]) + 0.03
-                ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, ph["target"]]
+                press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
+                ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
+                ph["t_way"], ph["ref"] = 0.0, x.copy()
+                pts = [x] + ph["path"]       # the phase may last the path's time at LIMB_SPEED more
+                ph["t_path"] = sum(np.linalg.norm(b - a) for a, b in zip(pts, pts[1:])) / LIMB_SPEED
+            dt = self.env.unwrapped.control_dt
+            ph["t_way"] += dt
+            # the limb's reference moves towards the waypoint at LIMB_SPEED (a step to a far
+            # waypoint would ask for accelerations that throw the body off balance); next
+            # waypoint when the limb has reached this one, or 0.5 s after its reference did
+            d = ph["path"][0] - ph["ref"]
+            dist = np.linalg.norm(d)
+            v_ref = d / dist * LIMB_SPEED if dist > LIMB_SPEED * dt else d / dt
+            if dist > LIMB_SPEED * dt:
                 ph["t_way"] = 0.0
-            ph["t_way"] += self.env.unwrapped.control_dt
-            # next waypoint when this one is reached or after 1.5 s (it may be out of reach)
-            while len(ph["path"]) > 1 and (np.linalg.norm(ph["path"][0] - x) < 0.03 or ph["t_way"] > 1.5):
+            ph["ref"] = ph["ref"] + v_ref * dt
+            if len(ph["path"]) > 1 and dist <= LIMB_SPEED * dt and (
+                    np.linalg.norm(ph["path"][0] - x) < 0.03 or ph["t_way"] > 0.5):
                 ph["path"].pop(0)
                 ph["t_way"] = 0.0
-            way = ph["path"][0]
-            limb_task = (ph["limb"], way, ph.get("rot"))
+            limb_task = (ph["limb"], ph["ref"], v_ref, ph.get("rot"))
             touching = obs[55 + hum.LIMBS.index(ph["limb"])] > 0.5
-            if err < REACH_TOL or (touching and err < REACH_TOUCH_TOL and self.t_phase > 0.5):
-                if ph["grip"]:
+            flat = True
+            if ph.get("rot") is not None:
+                tilt = Rotation.from_matrix(ph["rot"] @ rob.limb_frame(ph["limb"])[1].T).as_rotvec()
+                flat = np.linalg.norm(tilt) < FLAT_TOL
+            if ph["grip"]:
+                # a hand grips when it is on its final approach and within reach of the bar
+                # (the env makes the grasp within 2 cm of its surface); it has landed once the
+                # grasp holds (obs: grasp flags)
+                if len(ph["path"]) == 1 and err < REACH_TOUCH_TOL:
                     self.grip[ph["limb"]] = True
+                touching = obs[59 + hum.HANDS.index(ph["limb"])] > 0.5
+            landed = touching and flat and len(ph["path"]) == 1 and dist <= LIMB_SPEED * dt
+            if landed and (ph["grip"] or err < REACH_TOL or (err < REACH_TOUCH_TOL and ph["t_way"] > 0.5)):
                 done = True
+        elif ph["kind"] == "load":
+            done |= self.t_phase >= LOAD_TIME
         if self.t_phase == 0.0:      # references move smoothly from where the phase starts
             ph["com0"], ph["q0"], ph["quat0"] = com.copy(), q.copy(), quat.copy()
             ph["T"] = max(1.0, np.linalg.norm(ph["com"][:2] - com[:2]) / COM_SPEED,
@@ -165,10 +203,21 @@ class StanceAgent(Agent):
         ref = dict(com=ph["com0"] + s_ * (ph["com"] - ph["com0"]), q=ph["q0"] + s_ * (ph["q"] - ph["q0"]),
                    quat=(Rotation.from_quat(ph["quat0"]) * Rotation.from_rotvec(s_ * (
                        Rotation.from_quat(ph["quat0"]).inv() * Rotation.from_quat(ph["quat"])).as_rotvec())).as_quat(),
-                   support=ph["support"])
+                   support=ph["support"], soft={})
+        # force ramps: a new contact is loaded over LOAD_TIME; the contact to break is unloaded
+        # over LOAD_TIME once the CoM has arrived over the next support (its error below
+        # SHIFT_TOL after the reference's end), then released
+        for limb in ph.get("load", ()):
+            r = min(1.0, self.t_phase / LOAD_TIME)
+            ref["soft"][limb] = W_UNLOAD * (1.0 - r) ** 2
         if ph["kind"] == "shift":
-            done = (self.t_phase >= ph["T"] and np.linalg.norm(com[:2] - ph["com"][:2]) < SHIFT_TOL) or \
-                self.t_phase >= ph["T"] + PHASE_TIMEOUT
+            if "t_arrived" not in ph and ((self.t_phase >= ph["T"] and np.linalg.norm(com[:2] - ph["com"][:2])
+                                           < SHIFT_TOL) or self.t_phase >= ph["T"] + PHASE_TIMEOUT):
+                ph["t_arrived"] = self.t_phase
+            r = min(1.0, (self.t_phase - ph["t_arrived"]) / LOAD_TIME) if "t_arrived" in ph else 0.0
+            for limb in ph["unload"]:
+                ref["soft"][limb] = W_UNLOAD * r ** 2
+            done = r >= 1.0
         qdd = self._qp(ref, com, Jc, nu, limb_task, quat)
         self.t_phase += self.env.unwrapped.control_dt
         if done and self.k < len(self.phases) - 1:
@@ -218,11 +267,11 @@ class StanceAgent(Agent):
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
             kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
-            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
-                gens.append((J, K, kind))
-        m = sum(K.shape[1] for _, K, _ in gens)
+                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS))
+        m = sum(g_[1].shape[1] for g_ in gens)
         nx = n + m + 21
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
         # objective
@@ -237,11 +286,11 @@ class StanceAgent(Agent):
         a_com = KP_COM * (ph["com"] - com) - _kd(KP_COM) * vcom
         task(Jc[:2], a_com[:2], W_COM)
         if limb_task is not None:
-            limb, way, rot = limb_task
+            limb, way, v_way, rot = limb_task
             link = rob.link_index[hum.LIMB_LINK[limb]]
             x = model.limb_ref(limb)
             Jl, Ja = rob.jacobians(link, x[None])
-            a = KP_LIMB * (way - x) - _kd(KP_LIMB) * (Jl[0] @ nu)
+            a = KP_LIMB * (way - x) + _kd(KP_LIMB) * (v_way - Jl[0] @ nu)
             task(Jl[0], a, W_LIMB)
             if rot is not None:      # a sole lands flat on its surface
                 er = Rotation.from_matrix(rot @ rob.limb_frame(limb)[1].T).as_rotvec()
@@ -254,27 +303,31 @@ class StanceAgent(Agent):
         Jo = np.zeros((3, n))
         Jo[:, 3:6] = np.eye(3)
         task(Jo, KP_ORI * e_ori - _kd(KP_ORI) * nu[3:6], 10.0)
-        H[n:n + m, n:n + m] += 1e-6 * np.eye(m)
+        H[n:n + m, n:n + m] += 1e-4 * np.eye(m)   # small forces: no needless internal forces
         H[n + m:, n + m:] += 1e-4 * np.diag(1.0 / hum.TORQUE_LIMITS ** 2)
         H[:n, :n] += 1e-6 * np.eye(n)
         # constraints: dynamics, contacts, lambda >= 0, torque limits
         Bf = np.zeros((n, m))
         col, hi_l = 0, []
-        for J, K, kind in gens:
+        press = np.zeros(m)      # a hand pushing on a wall presses with HAND_PRESS at least
+        for J, K, kind, w_soft, hand in gens:
+            if hand and kind == "cone" and w_soft == 0.0:
+                press[col:col + K.shape[1]] = 1.0      # the normal force is the coefficients' sum
             Bf[:, col:col + K.shape[1]] = J.T @ K
             hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
+            H[n + col:n + col + K.shape[1], n + col:n + col + K.shape[1]] += w_soft * np.eye(K.shape[1])
             col += K.shape[1]
         S = np.zeros((n, 21))
         S[6:, :] = np.eye(21)
         A_dyn = np.hstack([M, -Bf, -S])
         A_con = np.hstack([Jcon, np.zeros((len(Jcon), m + 21))])
         A_box = np.eye(nx)[n:]
-        A = np.vstack([A_dyn, A_con, A_box])
+        A = np.vstack([A_dyn, A_con, A_box, np.r_[np.zeros(n), press, np.zeros(21)][None]])
         b_con = -DAMP_CONTACT * (Jcon @ nu)
-        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS]
-        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS]
+        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS, HAND_PRESS if press.any() else 0.0]
+        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS, np.inf]
         scale = 1.0 / max(np.abs(np.diag(H)).max(), 1e-9)
-        solver = osqp.OSQP()
+        solver = osqp.OSQP(algebra="builtin")
         solver.setup(sparse.csc_matrix(H * scale), g * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
                      eps_abs=1e-5, eps_rel=1e-5, max_iter=4000, polishing=False)
         res = solver.solve(raise_error=False)

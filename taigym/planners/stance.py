@@ -16,13 +16,17 @@ best-first search over adjacent stances.
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
-  posture, progress of the free contact; joint limits as bounds), then (3) the forces for that
+  posture, progress of the free contact; joint limits as bounds; its step bound shrinks when
+  the objective rises), polished by a Gauss-Newton projection onto the contacts (so every
+  contact is met to POS_TOL, well inside :func:`check_step`'s tolerance), then (3) the forces for that
   configuration: min ||f||^2 + ||tau / tau_max||^2 s.t. the six floating-base equilibrium rows
   G_b + J_b^T f = 0, cones, |tau| <= tau_max. Collision is checked with pybullet's closest points.
   The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
 * The **search**: best-first over stances (priority: distance of the feet contacts to the goal
-  over a step length, plus a small cost per stance), expanding Adj+ then Adj-, until both feet
-  are within the task's goal radius; within a node and wall-time budget. It returns a
+  over a step length, plus a small cost per stance), lazily: a neighbour (Adj+ or Adj-) is
+  queued with an optimistic priority and its IK solved only when it is popped; stances are
+  identified on a 5 cm grid of contact positions. It runs until both feet are within the task's
+  goal radius, within a node and wall-time budget. It returns a
   :class:`Plan` whose ``status`` is ``"solved"``, ``"budget"`` (node or time budget spent) or
   ``"exhausted"`` (no stance left to expand).
 
@@ -76,8 +80,13 @@ class Contact:
     yaw: float = 0.0
 
 
+KEY_RESOLUTION = 0.05   #: m, stances whose contacts differ by less are one search node
+
+
 def stance_key(stance) -> tuple:
-    return tuple(sorted((c.limb, c.surface, round(c.u, 2)) for c in stance))
+    """The search's identity of a stance: contacts with u on a KEY_RESOLUTION grid (a hand 1 cm
+    higher on the wall is not a new way forward; at 1 cm the search drowned in such copies)."""
+    return tuple(sorted((c.limb, c.surface, round(c.u / KEY_RESOLUTION)) for c in stance))
 
 
 @dataclass
@@ -187,6 +196,12 @@ class StanceModel:
         return False
 
 
+#: a grasp's force on the hand: any direction but down (columns +x, +y, +z, -x, -y). A bar that
+#: presses the hand down lets a stance "squeeze" the body between a rail and a foot far from the
+#: CoM; statically valid, but the executions of such stances fell as soon as the rear foot left
+GRASP_GENERATORS = np.hstack([np.eye(3), -np.eye(3)[:, :2]])
+
+
 def _cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
     """(3, 4) edges of the pyramid inscribed in the friction cone of normal n."""
     a = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
@@ -201,7 +216,7 @@ def _qp(P, q, A, lo, hi, *, approximate: bool = False):
     accepts an iterate that hit the iteration limit if it meets the constraints to 1e-4 (an SQP
     step need not be exact: the next iteration corrects it)."""
     scale = 1.0 / max(float(np.abs(np.diag(P)).max()), 1e-12)
-    solver = osqp.OSQP()
+    solver = osqp.OSQP(algebra="builtin")   # naming it skips a per-call backend search (~1 ms)
     solver.setup(sparse.csc_matrix(P * scale), q * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
                  eps_abs=1e-7, eps_rel=1e-7, max_iter=4000, polishing=True)
     res = solver.solve(raise_error=False)
@@ -223,7 +238,7 @@ def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
     pts = [fp for c in support for fp in model.force_points(c)]
     cols, gens = [], []
     for pt, kind, n, mu in pts:
-        K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
     m = len(cols)
@@ -261,7 +276,7 @@ def contact_forces(model: StanceModel, support):
         # the real contact points: the limb's points as they are in q (the IK met the targets)
         Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
         for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = _cone_generators(n, mu) if kind == "cone" else np.hstack([np.eye(3), -np.eye(3)])
+            K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
             rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
             for k in range(K.shape[1]):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
@@ -301,7 +316,7 @@ def _fail(reason: str):
 
 
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
-             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 60, lean: float = 0.4):
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float = 0.4):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
     ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
 
@@ -352,11 +367,15 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     base, quat, q = x
     q_ref = hum.stand_posture()
     nv = 27 + (free is not None)
+    # the step bound adapts: halved when the objective (merit) rose, regrown by 1.5 when it
+    # fell; a fixed bound made the iterates oscillate at it when the CoM target is out of reach
+    trust, prev, step = TRUST, math.inf, TRUST
     for it in range(iters):
         model.set((base, quat, q))
         H = np.zeros((nv, nv))
         g = np.zeros(nv)
         err_max = 0.0
+        merit = 0.0
         contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
         for c in contacts:
             link = rob.link_index[hum.LIMB_LINK[c.limb]]
@@ -369,12 +388,14 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             if free is not None and c.limb == free.limb:
                 J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # the target moves with u
             err_max = max(err_max, np.abs(e).max())
+            merit += W_CONTACT * e @ e
             H += W_CONTACT * J.T @ J
             g -= W_CONTACT * J.T @ e
             if Rt is not None:
                 _, Rc = rob.limb_frame(c.limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 err_max = max(err_max, 0.1 * np.abs(er).max())
+                merit += 0.1 * W_CONTACT * er @ er
                 Jr = np.zeros((3, nv))
                 Jr[:, :27] = Ja
                 H += 0.1 * W_CONTACT * Jr.T @ Jr
@@ -391,14 +412,20 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         g[3:6] -= W_UPRIGHT * eo
         H[6:27, 6:27] += 1.0 * np.eye(21)
         g[6:27] -= 1.0 * (q_ref - q)
+        merit += W_COM * ec @ ec + W_UPRIGHT * eo @ eo + (q_ref - q) @ (q_ref - q)
         if free is not None:
             g[27] -= W_PROGRESS * goal_dir      # progress of the new contact towards the goal
+            merit -= 2 * W_PROGRESS * goal_dir * u
+        trust = max(0.5 * trust, 1e-3) if merit > prev else min(1.5 * trust, TRUST)
+        prev = merit
+        if err_max < POS_TOL and max(step, trust) <= 2e-3:
+            break        # contacts met and the steps (or their bound) vanish: converged
         H += 1e-3 * np.eye(nv)
-        lo = np.r_[np.full(6, -TRUST), np.maximum(rob.lower - q, -TRUST)]
-        hi = np.r_[np.full(6, TRUST), np.minimum(rob.upper - q, TRUST)]
+        lo = np.r_[np.full(6, -trust), np.maximum(rob.lower - q, -trust)]
+        hi = np.r_[np.full(6, trust), np.minimum(rob.upper - q, trust)]
         if free is not None:
-            lo = np.r_[lo, max(u_bounds[0] - u, -TRUST)]
-            hi = np.r_[hi, min(u_bounds[1] - u, TRUST)]
+            lo = np.r_[lo, max(u_bounds[0] - u, -trust)]
+            hi = np.r_[hi, min(u_bounds[1] - u, trust)]
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
@@ -406,6 +433,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         if dx is None:
             return "sqp subproblem"
         base = base + dx[:3]
+        step = float(np.abs(dx).max())
         quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
         q = np.clip(q + dx[6:27], rob.lower, rob.upper)
         if free is not None:
@@ -414,11 +442,12 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             break
         if it >= 20 and err_max > 0.05:      # far from the contacts after 20 steps: unreachable
             return "unreachable"
-    model.set((base, quat, q))
     contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
+    # polish: project onto the contact constraints (the weighted SQP leaves up to a few mm)
+    base, quat, q = _polish(model, (base, quat, q), contacts)
     for c in contacts:
         tgt, Rt = model.target(c)
-        if np.abs(tgt - model.limb_ref(c.limb)).max() > POS_TOL * 2:
+        if np.linalg.norm(tgt - model.limb_ref(c.limb)) > POS_TOL:
             return "position residual"
         if Rt is not None:
             _, Rc = rob.limb_frame(c.limb)
@@ -429,6 +458,46 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     if model.collides(tuple(contacts)):
         return "collision"
     return base, quat, q, u
+
+
+def _polish(model: StanceModel, x, contacts, iters: int = 8):
+    """Gauss-Newton projection of a configuration onto its contacts: min ||dx||^2 s.t. every
+    contact's position (and sole orientation) error is cancelled to first order, joint limits
+    as bounds; stops when the largest position error is below POS_TOL / 4. Leaves the model set
+    to the result."""
+    rob = model.robot
+    base, quat, q = x
+    for _ in range(iters):
+        model.set((base, quat, q))
+        rows, errs, worst = [], [], 0.0
+        for c in contacts:
+            link = rob.link_index[hum.LIMB_LINK[c.limb]]
+            tgt, Rt = model.target(c)
+            cur = model.limb_ref(c.limb)
+            Jl, Ja = rob.jacobians(link, cur[None])
+            rows.append(Jl[0])
+            errs.append(tgt - cur)
+            worst = max(worst, float(np.linalg.norm(tgt - cur)))
+            if Rt is not None:
+                _, Rc = rob.limb_frame(c.limb)
+                er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
+                rows.append(Ja)
+                errs.append(er)
+                worst = max(worst, 0.1 * float(np.abs(er).max()))
+        if worst < POS_TOL / 4:
+            break
+        J, e = np.vstack(rows), np.concatenate(errs)
+        lo = np.r_[np.full(6, -TRUST), rob.lower - q]
+        hi = np.r_[np.full(6, TRUST), rob.upper - q]
+        A = np.vstack([J, np.eye(27)])
+        dx = _qp(np.eye(27), np.zeros(27), A, np.r_[e, lo], np.r_[e, hi], approximate=True)
+        if dx is None:
+            break
+        base = base + dx[:3]
+        quat = (Rotation.from_rotvec(dx[3:6]) * Rotation.from_quat(quat)).as_quat()
+        q = np.clip(q + dx[6:27], rob.lower, rob.upper)
+    model.set((base, quat, q))
+    return base, quat, q
 
 
 def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06):
@@ -494,16 +563,32 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         if step0 is None:
             out.status = "exhausted"
             return out
+        # lazy best-first: a child enters the queue with an optimistic priority (an Adj+ contact
+        # at the far end of its range) and its IK is solved only when it is popped; a solved
+        # child re-enters with its true priority. Most children are never popped, so the IK
+        # runs about once per expansion instead of once per neighbour.
         counter = 0
-        queue = [(_heuristic(model, stance0, goal), counter, stance0, step0, None)]
-        parents: dict[tuple, tuple] = {}
+        queue = [(_heuristic(model, stance0, goal), counter, 0.0, stance0, step0, None, None)]
         seen = {stance_key(stance0)}
         nodes = {}
         while queue:
             if time.perf_counter() - t0 > time_limit or out.nodes >= max_nodes:
                 out.status = "budget"
                 return out
-            f, _, stance, step, parent = heapq.heappop(queue)
+            _, _, g, stance, step, parent, move = heapq.heappop(queue)
+            if step is None:                       # a lazy child: solve its IK now
+                out.ik_calls += 1
+                res = move()
+                if res is None:
+                    continue
+                child, cstep = res
+                ck = stance_key(child)
+                if ck in seen:
+                    continue
+                seen.add(ck)
+                counter += 1
+                heapq.heappush(queue, (g + _heuristic(model, child, goal), counter, g, child, cstep, parent, None))
+                continue
             key = stance_key(stance)
             nodes[key] = (stance, step, parent)
             out.nodes += 1
@@ -520,18 +605,12 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
                 out.stances = [c[0] for c in chain]
                 out.steps = [c[1] for c in chain]
                 return out
-            x0 = (step.base_pos, step.base_quat, step.q)
-            g_cost = f - _heuristic(model, stance, goal)
-            for child, cstep in _neighbours(model, stance, x0, goal, out):
-                ck = stance_key(child)
-                if ck in seen:
+            for estimate, move in _moves(model, stance, (step.base_pos, step.base_quat, step.q), goal):
+                if stance_key(estimate) in seen:
                     continue
-                seen.add(ck)
                 counter += 1
-                prio = g_cost + 0.2 + _heuristic(model, child, goal)
-                heapq.heappush(queue, (prio, counter, child, cstep, key))
-                if time.perf_counter() - t0 > time_limit:
-                    break
+                heapq.heappush(queue, (g + 0.2 + _heuristic(model, estimate, goal), counter, g + 0.2, estimate,
+                                       None, key, move))
         out.status = "exhausted"
         return out
     finally:
@@ -539,9 +618,10 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         model.close()
 
 
-def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
-    """Adjacent stances reachable by the IK: Adj+ (each free limb on each surface it may touch,
-    position chosen by the IK) then Adj- (each contact released)."""
+def _moves(model: StanceModel, stance, x0, goal):
+    """Adjacent stances, unsolved: (estimate, solve) with solve() -> (stance, Step) or None.
+    Adj+: each free limb on each surface it may touch, its position chosen by the IK (the
+    estimate puts it at the far end of its range towards the goal); Adj-: each contact released."""
     used = {c.limb for c in stance}
     model.set(x0)
     for limb in hum.LIMBS:
@@ -563,18 +643,23 @@ def _neighbours(model: StanceModel, stance, x0, goal, out: Plan):
                 continue
             goal_dir = float(np.sign((goal - s.point(0.5 * (lo + hi))) @ t)) or 1.0
             free = Contact(limb, s.name, float(np.clip(u_now + 0.25 * goal_dir, lo, hi)))
-            out.ik_calls += 1
-            res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
-                           goal_dir=goal_dir)
-            if res is not None:
-                yield tuple(sorted(res[0].touching)), res[0]
+            far = Contact(limb, s.name, hi if goal_dir > 0 else lo)
+
+            def solve(free=free, lo=lo, hi=hi, goal_dir=goal_dir):
+                res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
+                               goal_dir=goal_dir)
+                return None if res is None else (tuple(sorted(res[0].touching)), res[0])
+
+            yield tuple(sorted(tuple(stance) + (far,))), solve
     if len(stance) >= 2:
         for c in stance:
             rest = tuple(x for x in stance if x is not c)
-            out.ik_calls += 1
-            res = solve_ik(model, x0, stance, rest)
-            if res is not None:
-                yield rest, res[0]
+
+            def solve(rest=rest):
+                res = solve_ik(model, x0, stance, rest)
+                return None if res is None else (rest, res[0])
+
+            yield rest, solve
 
 
 # ---------------------------------------------------------------------- the independent checker

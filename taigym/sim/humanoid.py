@@ -117,6 +117,10 @@ class Robot:
         masses = np.array([p.getDynamicsInfo(body, j, physicsClientId=client)[0] for j in range(-1, n)])
         for j in range(-1, n):   # MJCF joints come with damping 1 and default velocity motors: off
             p.changeDynamics(body, j, linearDamping=0.0, angularDamping=0.0, physicsClientId=client)
+            # pybullet multiplies the two bodies' friction coefficients; the file's links have
+            # 0.5, which would halve every scene surface's mu: 1 makes a contact's friction
+            # coefficient the surface's, as the tasks and the planner state it
+            p.changeDynamics(body, j, lateralFriction=1.0, physicsClientId=client)
         for j in range(n):
             p.changeDynamics(body, j, jointDamping=0.0, physicsClientId=client)
         p.setJointMotorControlArray(body, list(range(n)), p.VELOCITY_CONTROL, forces=[0.0] * n,
