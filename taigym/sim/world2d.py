@@ -550,8 +550,13 @@ class World2D:
 
     def positions_all(self) -> list[np.ndarray]:
         """Every member's (N_b, 2) positions, with one device read."""
-        x, _ = self.particle_arrays()
-        return [x[b, :len(m.x)] for b, m in enumerate(self._members)]
+        x = self._positions_read()
+        return [x[b, :len(m.x)].astype(np.float64) for b, m in enumerate(self._members)]
+
+    def _positions_read(self) -> np.ndarray:
+        """(B, capacity, 2) float32 positions: those read with the diagnostics, if still valid."""
+        self._require_built()
+        return self._x_read if self._x_fresh else self._particle_array("x")
 
     def containing_body_all(self) -> list[np.ndarray]:
         """Every member's (N_b,) int8 array: the handle of the container whose interior polygon
@@ -564,10 +569,8 @@ class World2D:
         """Positions (B, P, 2), m, and containing bodies (B, P), as ``containing_body_all``, of
         every member in two arrays, P the largest member's particle count: member b's particles
         are the first ``particle_count(b)`` entries of row b; the rest of the row is padding."""
-        self._require_built()
         P = max(len(m.x) for m in self._members)
-        x = self._x_read if self._x_fresh else self._particle_array("x")
-        return x[:, :P].astype(np.float64), self._owner_read[:, :P]
+        return self._positions_read()[:, :P].astype(np.float64), self._owner_read[:, :P]
 
     def in_body_counts(self) -> np.ndarray:
         """(B, bodies) particles inside each container's interior polygon, as last measured."""
