@@ -23,6 +23,7 @@ from . import backend
 from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS, D_TIME,
                         D_UNSTABLE, N_DIAG)
 from .geometry3d import KIND_BOX3, KIND_SQUARE, Box3, Container3
+from .world2d import _finite_vector
 
 Shape3 = Box3 | Container3
 MAX_CHAIN_POINTS = 48     # capacity per body: wall chain points / interior polygon vertices
@@ -35,13 +36,6 @@ class _Member:
     x: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
     v: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
     shapes: list[Shape3] = field(default_factory=list)
-
-
-def _finite_vector(name: str, value, size: int) -> np.ndarray:
-    a = np.asarray(value, dtype=np.float64)
-    if a.shape != (size,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
-    return a
 
 
 def _number(name: str, value, lo: float, hi: float) -> float:
