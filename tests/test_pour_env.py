@@ -412,16 +412,16 @@ def test_liquid_poured_onto_a_block_stays_out_of_it_and_out_of_t(env):
     block = (0.36, 0.10, 0.20, 0.20)  # 20 cm wide and tall, between S and T: T is shielded
     task = block_task(block, source_pose=(0.25, 0.33, 0.0), target_position=(0.68, 0.05))
     env.reset(seed=0, options={"task": task})
-    m, box = env.unwrapped._batch.members[0], Box(block[2], block[3])
+    batch, box = env.unwrapped._batch, Box(block[2], block[3])
     deepest = np.inf
     for k in range(40):  # tilt to -1.5 rad (S's lip ends up above the block) and hold
-        prev = m.x.copy()
+        prev = batch.positions(0)
         _, _, _, _, info = env.step(np.array([0.0, 0.0, -1.0 if k < 15 else 0.0], np.float32))
-        deepest = min(deepest, box.sdf(m.x - block[:2]).min())
+        deepest = min(deepest, box.sdf(batch.positions(0) - block[:2]).min())
         assert info["in_target"] == 0.0
     assert info["in_source"] < 0.5 and deepest > -1e-3  # poured; no particle inside the block
     # liquid resting on the block's top (above T's rim) is slow, hence spilled, not in flight
-    x = m.x
+    x = batch.positions(0)
     on_top = (np.abs(x[:, 0] - block[0]) <= 0.5 * block[2]) & (x[:, 1] >= block[1] + 0.5 * block[3])
     speed = np.linalg.norm(x - prev, axis=1) / env.unwrapped.dt
     assert on_top.sum() >= 5 and np.mean(speed[on_top] < SETTLE_SPEED) >= 0.8

@@ -222,3 +222,48 @@ def test_height_probe_is_the_highest_particle_over_each_column():
     world.set_height_probe(None)
     world.advance(0.05)
     assert np.all(world.heights_all()[0] == 0.0)       # off: y_lo of the cleared probe
+
+
+def test_target_score_is_seed_001_r_p_of_the_liquid_entering_the_target():
+    """``target_scores`` against R_p recomputed here from the particles' paths: each particle
+    entering T scores max(1 - dist / W, 0) where its path crossed T's opening line, and gives
+    it back when it leaves; liquid outside both containers that did not move, or lies below T's
+    opening, is spilled."""
+    world = sim.World2D(size=(0.3, 0.2), cells=80, max_particles=2000)
+    cup = world.add_body(sim.container("frustum", width=0.08, height=0.08),
+                         pose=(0.08, 0.08, 0.0), fill=0.6)
+    target = sim.container("rect", width=0.07, height=0.05)
+    t_pose = np.array([0.19, 0.01, 0.0])
+    t_vel = np.array([0.04, 0.0, 0.0])                 # T moves: scores are taken in its frame
+    t = world.add_body(target, pose=t_pose)
+    (lx, _), (rx, _) = target.lips
+    half_w = 0.5 * (rx - lx)
+    world.set_target_opening(t, target.opening_centre, half_w)
+    world.build()
+    oc = np.asarray(target.opening_centre)
+    earned, total = {}, 0.0
+    x, owner = world.positions(), world.containing_body_all()[0].copy()
+    for k in range(16):
+        tilt = -3.0 * 0.05 * min(k, 10)
+        world.set_pose(cup, (0.08, 0.08, tilt), velocity=(0.0, 0.0, -3.0 if k < 10 else 0.0))
+        world.set_pose(t, t_pose, velocity=t_vel)
+        world.advance(0.05)
+        t_next = t_pose + 0.05 * t_vel
+        x_new, owner_new = world.positions(), world.containing_body_all()[0].copy()
+        expected = 0.0
+        for p in np.flatnonzero((owner_new == t) & (owner != t)):
+            lp, ln = x[p] - t_pose[:2], x_new[p] - t_next[:2]
+            s = np.clip((oc[1] - lp[1]) / (ln[1] - lp[1]), 0.0, 1.0) if ln[1] != lp[1] else 1.0
+            earned[p] = max(1.0 - np.linalg.norm(lp + s * (ln - lp) - oc) / half_w, 0.0)
+            expected += earned[p]
+        for p in np.flatnonzero((owner == t) & (owner_new != t)):
+            expected -= earned.pop(p)
+        assert world.target_scores()[0] == pytest.approx(expected, rel=1e-3, abs=1e-3)
+        out = owner_new < 0
+        slow = np.linalg.norm(x_new - x, axis=1) < world._params["settle_speed"] * 0.05
+        spilled = out & (slow | (x_new[:, 1] < t_next[1] + oc[1]))
+        assert abs(world.fractions()["spilled"] * len(x) - spilled.sum()) <= 2
+        total += expected
+        x, owner, t_pose = x_new, owner_new, t_next
+    assert total > 10.0                                 # liquid did pour into T
+    assert world.fractions()["in"][t] > 0.2 and world.fractions()["spilled"] > 0.0

@@ -145,7 +145,7 @@ SUCCESS_MAX_SPILLED = 0.05
 HISTORY = 4                                       # frames of heightfield / lip height
 OBS_MODES = ("features", "lip", "particles", "rgb")
 FIDELITIES = ("particles", "simplified")
-SETTLE_SPEED = 0.05                               # m/s: slower liquid outside containers is spilled
+SETTLE_SPEED = 0.05    # m/s: liquid outside both containers that moved slower over a step is spilled
 SOURCE, TARGET = 0, 1                             # body handles in the world
 OBSTACLE_HANDLES = tuple(range(2, 2 + MAX_OBSTACLES))  # static boxes, after S and T, always there
 N_BODIES = 2 + MAX_OBSTACLES
@@ -493,7 +493,6 @@ class _Member:
         self.s_region = None
         self.t_walls = None
         self.s_box = self.t_box = (0.0, 0.0, 0.0, 0.0)  # solids' bounding boxes, own frames (m)
-        self.t_half_width = 0.0
         self.s_bound = 0.0
         self.t_oc = self.s_oc = np.zeros(2)
         self.solid_pts = None          # S's wall centreline, densified (S frame)
@@ -508,11 +507,8 @@ class _Member:
         self.steps = 0
         self.prev_action = np.zeros(3)
         self.n = 0
-        # views of the batch's rows (PourBatch._x, _in_t, _earned), updated in place each step:
-        self.x = np.zeros((0, 2))      # particle positions after the last step (m)
-        self.in_t = np.zeros(0, bool)  # which particles are inside T
-        self.earned = np.zeros(0)      # R_p each particle in T earned as it entered
-        self.v = None                  # velocities, read lazily (render, particles obs)
+        self.x = None                  # positions (m) and velocities (m/s) after the last step,
+        self.v = None                  # read lazily (render, particles obs): PourBatch.positions
         self.spilled = 0.0
         self.hist = None
         self.state_buf = None          # state vector; its per-task part is filled at reset
@@ -536,7 +532,6 @@ class PourBatch:
         self._key = None
         self._slots: list[list] = []   # (shape, pose) in each member's obstacle slots of the world
         self.members = [_Member() for _ in range(self.B)]
-        self._x = self._in_t = self._earned = None    # particle fidelity: see _allocate_rows
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
         if cfg.obs_mode in ("features", "lip"):
@@ -559,7 +554,8 @@ class PourBatch:
         from taigym import sim
 
         w = sim.World2D(size=DOMAIN, cells=cfg.resolution, viscosity=task.viscosity,
-                        arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity)
+                        arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity,
+                        settle_speed=SETTLE_SPEED)
         w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
         w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
         # the obstacle slots exist in every world, so that its layout (and the pool) does not
@@ -568,16 +564,6 @@ class PourBatch:
             w.add_body(sim.Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), pose=PARKED_POSE)
         w.build()
         self.world, self._key = w, key
-
-    def _allocate_rows(self) -> None:
-        """The members' particle state as rows of (B, capacity) arrays, so that a step measures
-        every member in one set of NumPy calls (a scene has a few hundred particles: per-member
-        calls would cost more than the arithmetic)."""
-        if self._x is None:
-            shape = (self.B, self.cfg.capacity)
-            self._x = np.zeros((*shape, 2))    # positions after the last step, m
-            self._in_t = np.zeros(shape, bool)
-            self._earned = np.zeros(shape)
 
     def release(self) -> None:
         """Hand the world back to the pool, for the next env with the same grid and batch size.
@@ -591,6 +577,13 @@ class PourBatch:
             self.world = None
             for m in self.members:
                 m.task = None
+
+    def positions(self, b: int) -> np.ndarray:
+        """Member b's particle positions after the last step (read on demand)."""
+        m = self.members[b]
+        if m.x is None:
+            m.x = np.nan_to_num(self.world.positions(b))
+        return m.x
 
     def velocities(self, b: int) -> np.ndarray:
         """Member b's particle velocities after the last step (read on demand)."""
@@ -643,21 +636,15 @@ class PourBatch:
         columns = self._probe_columns(source)
         w.set_height_probe(None if columns is None else SOURCE, columns,
                            (-source.radius, 1.5 * source.height), member=b)
+        lip_l, lip_r = target.lips     # seed 001's R_p and the spill level: T's opening
+        w.set_target_opening(TARGET, target.opening_centre, 0.5 * float(np.linalg.norm(lip_r - lip_l)),
+                             member=b)
         w.reseed(jitter_seed, member=b)
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
         m = self._init_member(b, task, source, target, solid_pts, obst)
-        self._allocate_rows()
-        n = m.n = w.particle_count(b)
-        x, owner = w.particle_arrays()
-        self._x[b, :n] = np.nan_to_num(x[b, :n])
-        self._in_t[b] = False
-        self._in_t[b, :n] = owner[b, :n] == TARGET
-        self._earned[b] = 0.0
-        m.x, m.in_t, m.earned, m.v = self._x[b, :n], self._in_t[b, :n], self._earned[b, :n], None
-        x = self._x[b:b + 1, :n]
-        fr = self._fractions([m], x, x, owner[b:b + 1, :n] < 0, w.in_body_counts()[b:b + 1])
+        m.n, m.x, m.v = w.particle_count(b), None, None
         frames = self._frames([b], [m])
-        self._finish_reset(b, fr[0], np.zeros(0) if frames is None else frames[0])
+        self._finish_reset(b, w.fractions(b), np.zeros(0) if frames is None else frames[0])
 
     def _init_member(self, b: int, task: PourTask, source, target, solid_pts: np.ndarray,
                      obst: list[tuple]) -> _Member:
@@ -674,8 +661,6 @@ class PourBatch:
         m.s_bound = source.bounding_radius
         m.s_box = _solid_box(source)
         m.t_box = _solid_box(target)
-        lip_l, lip_r = target.lips
-        m.t_half_width = 0.5 * float(np.linalg.norm(lip_r - lip_l))
         m.t_oc, m.s_oc = target.opening_centre, source.opening_centre
         m.s_pose = np.array(task.source_pose, dtype=np.float64)
         m.s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
@@ -737,33 +722,6 @@ class PourBatch:
                                  f"{t_hi[1]:.3f}] m)")
 
     # ------------------------------------------------------------------ geometry
-    def _fractions(self, ms: list, x: np.ndarray, prev_x: np.ndarray, out: np.ndarray,
-                   in_body: np.ndarray) -> list[dict]:
-        """Fractions of the liquid in S, in T, in flight and spilled of members ``ms`` (rows of
-        the (k, P) arrays; ``out`` marks their particles outside both containers, ``in_body``
-        (k, bodies) counts those inside each).
-
-        Liquid outside both containers is spilled if it is slow (moved less than 5 cm/s over
-        the last step, from ``prev_x`` to ``x``) or below the level of T's opening (it can no
-        longer reach T, e.g. sliding on the floor), else in flight.
-        """
-        n_s, n_t = in_body[:, SOURCE], in_body[:, TARGET]
-        n_sp = np.zeros(len(ms), np.int64)
-        if out.any():                 # else no liquid outside both containers to classify
-            i, j = np.nonzero(out)
-            xo = x[i, j]
-            d = xo - prev_x[i, j]
-            speed2 = np.einsum("ij,ij->i", d, d) / CONTROL_DT ** 2
-            rim = np.array([m.t_pose[1] + m.t_oc[1] for m in ms])
-            spilled = (speed2 < SETTLE_SPEED ** 2) | (xo[:, 1] < rim[i])
-            n_sp = np.bincount(i[spilled], minlength=len(ms))
-        fractions = []
-        for m, s_, t_, sp in zip(ms, n_s.tolist(), n_t.tolist(), n_sp.tolist()):
-            n = max(m.n, 1)
-            fractions.append({"in": {SOURCE: s_ / n, TARGET: t_ / n}, "spilled": sp / n,
-                              "in_flight": (m.n - s_ - t_ - sp) / n})
-        return fractions
-
     @staticmethod
     def _near(m: _Member, x: float, y: float, theta: float, t_pose) -> tuple[bool, bool]:
         """(S's solid may touch T's, S's solid may cross the scene's edges) at pose (x, y,
@@ -944,7 +902,7 @@ class PourBatch:
                 obs[:N_STATE] = np.clip(np.nan_to_num(st), self.state_lo, self.state_hi)
             return obs
         if cfg.obs_mode == "particles":
-            x, v = m.x, self.velocities(b)
+            x, v = self.positions(b), self.velocities(b)
             idx = np.linspace(0, max(m.n - 1, 0), cfg.n_particles).round().astype(np.int64)
             p = np.concatenate([x[idx], v[idx]], axis=1) if m.n else np.zeros((cfg.n_particles, 4))
             sp = self.obs_space["particles"]
@@ -988,11 +946,7 @@ class PourBatch:
             vels[b, TARGET] = (t_next - members[b].t_pose) / dt
         w.set_poses(poses, vels)
         w.advance(dt)
-        unstable = w.unstable_members()
-        x, owner = w.particle_arrays()
-        if unstable.any():
-            x[unstable] = np.nan_to_num(x[unstable])
-        self._after_step(plans, x, owner, unstable)
+        self._after_step(plans, w.unstable_members())
 
     def _advance_clock(self, m: _Member, s_next, s_vel, t_next) -> None:
         """Move member m's poses, velocities and clock on by one control step."""
@@ -1002,69 +956,22 @@ class PourBatch:
         m.time += CONTROL_DT
         m.steps += 1
 
-    def _after_step(self, plans: list[tuple], x: np.ndarray, owner: np.ndarray,
-                    unstable: np.ndarray) -> None:
-        """The stepped members' rewards, fractions and features from their particles, all at
-        once: ``x`` (B, P, 2) positions and ``owner`` (B, P), the body whose interior holds
-        each (the solver's measure, so that the env does not test every particle against the
-        polygons again); ``plans`` as ``_moves`` gives them."""
+    def _after_step(self, plans: list[tuple], unstable: np.ndarray) -> None:
+        """The stepped members' rewards, fractions and features, from what the solver measured
+        in its step (seed 001's R_p as the world's target score, fractions, heightfields);
+        ``plans`` as ``_moves`` gives them."""
         if not plans:
             return
-        rows = np.array([p[0] for p in plans], np.int64)
-        every = len(rows) == self.B
-        ms = self.members if every else [self.members[b] for b in rows]
-        sel = slice(None) if every else rows         # a slice: views, not copies
-        t_prev = np.array([m.t_pose for m in ms])
-        for m, (_, _, s_next, s_vel, t_next, _, _) in zip(ms, plans):
+        rows = [p[0] for p in plans]
+        ms = [self.members[b] for b in rows]
+        w = self.world
+        scores = w.target_scores()
+        frames = self._frames(rows, ms)
+        for i, (m, (b, a, s_next, s_vel, t_next, clipped, pen)) in enumerate(zip(ms, plans)):
             self._advance_clock(m, s_next, s_vel, t_next)
-        P = x.shape[1]
-        x, owner = x[sel], owner[sel]
-        in_t, out = owner == TARGET, owner < 0       # out: outside both containers
-        counts = [m.n for m in ms]
-        if min(counts) < P:                          # rows past a member's count are padding
-            valid = np.arange(P) < np.array(counts)[:, None]
-            in_t &= valid
-            out &= valid
-        prev_x, prev_in_t = self._x[sel, :P], self._in_t[sel, :P]
-        r = self._target_reward(rows, ms, t_prev, prev_x, x, prev_in_t, in_t)
-        fr = self._fractions(ms, x, prev_x, out, self.world.in_body_counts()[sel])
-        self._x[sel, :P], self._in_t[sel, :P] = x, in_t       # the members' views see them
-        frames = self._frames(sel, ms)
-        for i, (m, (b, a, _, _, _, clipped, pen)) in enumerate(zip(ms, plans)):
-            m.unstable, m.v = bool(unstable[b]), None
-            self._finish_step(b, a, fr[i], r[i] / max(m.n, 1), None if frames is None else frames[i],
-                              clipped, pen)
-
-    def _target_reward(self, rows: np.ndarray, ms: list, t_prev: np.ndarray, prev_x: np.ndarray,
-                       x: np.ndarray, prev_in_t: np.ndarray, in_t: np.ndarray) -> np.ndarray:
-        """Seed 001's R_p = (W - dist) / W summed over the particles that crossed T's opening
-        this step (dist from the opening's centre where they crossed it, W its half-width),
-        less what the particles that left T had earned, per member (rows of the arrays)."""
-        r = np.zeros(len(ms))
-        changed = in_t != prev_in_t
-        if not changed.any():
-            return r
-        i, j = np.nonzero(changed & in_t)
-        if len(i):
-            t_next = np.array([m.t_pose for m in ms])
-            oc = np.array([m.t_oc for m in ms])[i]
-            half_w = np.array([m.t_half_width for m in ms])[i]
-            # T is never rotated: its frame is a translation
-            lp, ln = prev_x[i, j] - t_prev[i, :2], x[i, j] - t_next[i, :2]
-            dy = ln[:, 1] - lp[:, 1]
-            ok = np.abs(dy) > 1e-12
-            t = np.where(ok, (oc[:, 1] - lp[:, 1]) / np.where(ok, dy, 1.0), 1.0)
-            t = np.minimum(np.maximum(t, 0.0), 1.0)
-            cx = lp[:, 0] + t * (ln[:, 0] - lp[:, 0]) - oc[:, 0]
-            cy = lp[:, 1] + t * (ln[:, 1] - lp[:, 1]) - oc[:, 1]
-            rp = np.maximum(1.0 - np.sqrt(cx * cx + cy * cy) / half_w, 0.0)
-            self._earned[rows[i], j] = rp
-            r += np.bincount(i, weights=rp, minlength=len(ms))
-        i, j = np.nonzero(changed & prev_in_t)
-        if len(i):
-            r -= np.bincount(i, weights=self._earned[rows[i], j], minlength=len(ms))
-            self._earned[rows[i], j] = 0.0
-        return r
+            m.unstable, m.x, m.v = bool(unstable[b]), None, None
+            self._finish_step(b, a, w.fractions(b), scores[b] / max(m.n, 1),
+                              None if frames is None else frames[i], clipped, pen)
 
     def _finish_step(self, b: int, a, fr: dict, r_target: float, frame, clipped: bool,
                      pen: float) -> None:
@@ -1111,18 +1018,19 @@ class PourBatch:
         m = self.members[b]
         if abs(m.s_pose[2]) < 0.2 or m.n == 0:
             return None
-        x, v = m.x, self.velocities(b)
+        x, v = self.positions(b), self.velocities(b)
         lips = to_world(np.array(m.source.lips), m.s_pose)
         lip = lips[np.argmin(lips[:, 1])]
         outside_s = ~m.s_region.inside(to_local(x, m.s_pose))
-        near = outside_s & ~m.in_t & (np.linalg.norm(x - lip, axis=1) < 0.03)
+        in_t = self.world.containing_body_all()[b] == TARGET
+        near = outside_s & ~in_t & (np.linalg.norm(x - lip, axis=1) < 0.03)
         if near.sum() < 3:
             return None
         return x[near].mean(0), v[near].mean(0)
 
     def render(self, b: int, size_hw, parabola: bool = True) -> np.ndarray:
         m, w = self.members[b], self.world
-        x, v = m.x, self.velocities(b)
+        x, v = self.positions(b), self.velocities(b)
         bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
                   (m.source, m.s_pose, _render.SOURCE_COLOUR)]
         lines = self._parabola(b) if parabola else []

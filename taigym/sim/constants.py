@@ -2,8 +2,10 @@
 Kept free of Taichi so that the reference and the facade import no Taichi."""
 
 # Columns of the per-scene diagnostics row the solvers write at the end of each advance.
-D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME = range(8)
-N_DIAG = 8
+# D_TARGET_SCORE: the target opening's score of the last advance (World2D.set_target_opening).
+(D_UNSTABLE, D_MAX_CFL, D_SUBSTEPS, D_PCG_ITERS, D_IN_FLIGHT, D_SPILLED, D_AREA, D_TIME,
+ D_TARGET_SCORE) = range(9)
+N_DIAG = 9
 
 MAX_PROBE_COLUMNS = 64    # columns of the liquid-height probe (World2D.set_height_probe)
 

@@ -34,8 +34,8 @@ import numpy as np
 import taichi as ti
 
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
-                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS, MAX_SUBSTEPS,
-                        N_DIAG, VISCOSITY_SKIP)
+                        D_SPILLED, D_SUBSTEPS, D_TARGET_SCORE, D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS,
+                        MAX_SUBSTEPS, N_DIAG, VISCOSITY_SKIP)
 from .geometry import KIND_BOX
 
 # Tolerances and limits (dimensionless unless stated).
@@ -128,6 +128,13 @@ class Flip2D:
         self.diagnostics = ti.field(ti.f32, shape=(B, N_DIAG))
         self.in_body = ti.field(ti.i32, shape=(B, K))
         self.container_of = ti.field(ti.i8, shape=(B, P))          # body whose interior holds p, or -1
+        self.x_measured = ti.Vector.field(2, ti.f32, shape=(B, P))  # positions at the last measure
+        # target opening, per scene: (body or -1 for none, centre x, centre y in the body's
+        # frame (m), half width (m)); the score each particle inside that body earned entering
+        # it; a flag set when a scene's liquid was replaced (its particles earned nothing yet)
+        self.target = ti.Vector.field(4, ti.f32, shape=B)
+        self.earned = ti.field(ti.f32, shape=(B, P))
+        self.new_liquid = ti.field(ti.i32, shape=B)
         self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
         # liquid-height probe, per scene: (body or -1 for none, y_lo, y_hi, column count) and the
         # columns' x intervals, in the body's frame (m); the height over each column (m)
@@ -723,18 +730,41 @@ class Flip2D:
         return iters
 
     @ti.func
-    def measure(self, b, interval):
+    def measure(self, b, step):
         """Fractions inside each container, in flight and spilled; liquid area (m^2); the
         probe's heights: over each column, the highest particle's y in the probed body's frame
-        among those with y in [y_lo, y_hi], else y_lo."""
-        self.set_frames(b, interval)
+        among those with y in [y_lo, y_hi], else y_lo; the target opening's score.
+
+        ``step`` is the interval (s) just advanced, 0 after a liquid upload. Liquid outside every
+        container is spilled if it moved slower than ``settle_speed`` over that interval (its
+        own speed when there was none), or if it is below the target opening (it can no longer
+        reach it); else it is in flight. The target score is seed 001's R_p = max(1 - dist / W,
+        0) of each particle that entered the target body this step (dist from the opening's
+        centre where its path crossed the opening's line, W the half width), less the score
+        earned by each particle that left it."""
+        self.set_frames(b, 0.0)
         for k in range(self.K):
             self.in_body[b, k] = 0
         probe = self.probe[b]
         probe_body, y_lo, y_hi = ti.cast(probe[0], ti.i32), probe[1], probe[2]
         for c in range(MAX_PROBE_COLUMNS):
             self.heights[b, c] = y_lo
-        in_flight, spilled = 0, 0
+        target = self.target[b]
+        tb = ti.cast(target[0], ti.i32)
+        oc = ti.Vector([target[1], target[2]])
+        rim = -1e9                                    # world height of the opening's centre, m
+        prev = ti.Vector([0.0, 0.0, 1.0, 0.0])        # the target's frame one step ago
+        if tb >= 0:
+            f = self.frame[b, tb]
+            rim = f[1] + f[3] * oc[0] + f[2] * oc[1]
+            pz = self.pose[b, tb] - self.body_vel[b, tb] * step
+            prev = ti.Vector([pz[0], pz[1], ti.cos(pz[2]), ti.sin(pz[2])])
+        scoring = tb >= 0 and step > 0.0 and self.new_liquid[b] == 0
+        if self.new_liquid[b] != 0:
+            for p in range(self.n[b]):
+                self.earned[b, p] = 0.0
+            self.new_liquid[b] = 0
+        in_flight, spilled, score = 0, 0, 0.0
         for p in range(self.n[b]):
             x = self.x[b, p]
             if probe_body >= 0:
@@ -744,17 +774,36 @@ class Flip2D:
                         col = self.probe_columns[b, c]
                         if col[0] <= q[0] and q[0] <= col[1]:
                             self.heights[b, c] = ti.max(self.heights[b, c], q[1])
-            inside = 0
             owner = -1
             for k in range(self.nbody[b]):
-                if inside == 0 and self.npoly[b, k] > 0:
+                if owner < 0 and self.npoly[b, k] > 0:
                     if self.inside_polygon(b, k, self.to_body(b, k, x)):
-                        inside = 1
                         owner = k
                         self.in_body[b, k] = self.in_body[b, k] + 1
+            x_prev = self.x_measured[b, p]
+            if scoring:
+                was_in = ti.cast(self.container_of[b, p], ti.i32) == tb
+                if owner == tb and not was_in:
+                    d = x_prev - ti.Vector([prev[0], prev[1]])
+                    lp = ti.Vector([prev[2] * d[0] + prev[3] * d[1], -prev[3] * d[0] + prev[2] * d[1]])
+                    ln = self.to_body(b, tb, x)
+                    dy = ln[1] - lp[1]
+                    t = 1.0
+                    if ti.abs(dy) > 1e-12:
+                        t = ti.math.clamp((oc[1] - lp[1]) / dy, 0.0, 1.0)
+                    rp = ti.max(1.0 - (lp + t * (ln - lp) - oc).norm() / target[3], 0.0)
+                    self.earned[b, p] = rp
+                    score += rp
+                elif was_in and owner != tb:
+                    score -= self.earned[b, p]
+                    self.earned[b, p] = 0.0
             self.container_of[b, p] = ti.cast(owner, ti.i8)
-            if inside == 0:
-                if self.v[b, p].norm() < self.settle_speed:
+            self.x_measured[b, p] = x
+            if owner < 0:
+                speed = self.v[b, p].norm()
+                if step > 0.0:
+                    speed = (x - x_prev).norm() / step
+                if speed < self.settle_speed or x[1] < rim:
                     spilled += 1
                 else:
                     in_flight += 1
@@ -767,6 +816,7 @@ class Flip2D:
         self.diagnostics[b, D_IN_FLIGHT] = in_flight
         self.diagnostics[b, D_SPILLED] = spilled
         self.diagnostics[b, D_AREA] = area * self.dx * self.dx
+        self.diagnostics[b, D_TARGET_SCORE] = score
 
     @ti.kernel
     def advance(self, interval: ti.f32, visc_dt_limit: ti.f32):
@@ -797,7 +847,7 @@ class Flip2D:
                 if self.diagnostics[b, D_UNSTABLE] == 0.0:
                     for k in range(self.nbody[b]):
                         self.pose[b, k] = self.pose[b, k] + (self.body_vel[b, k] * interval)
-                    self.measure(b, 0.0)
+                    self.measure(b, interval)
                     self.diagnostics[b, D_TIME] = self.diagnostics[b, D_TIME] + interval
                 self.diagnostics[b, D_MAX_CFL] = max_cfl
                 self.diagnostics[b, D_SUBSTEPS] = n_sub

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
-                        D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
+                        D_SPILLED, D_SUBSTEPS, D_TARGET_SCORE, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
                         VISCOSITY_SKIP)
 from .geometry import Container
 from .world2d import World2D
@@ -124,6 +124,13 @@ class NumpyFlip2D:
         self.body_vel = np.zeros((0, 3))
         self.diag = np.zeros(N_DIAG)
         self.in_body = np.zeros(1, np.int64)
+        # the kernel's per-particle measure state: body holding it (-1: none), position at the
+        # last measure, score earned entering the target; the target opening (body, centre x,
+        # centre y, half width) or None
+        self.owner = np.zeros(0, np.int64)
+        self.x_measured = np.zeros((0, 2))
+        self.earned = np.zeros(0)
+        self.target = None
         self.pressure = np.zeros((nx, ny))      # p * dt / rho of the last substep (m^2/s)
         self.nodes = np.stack(np.meshgrid(np.arange(nx + 1) * dx, np.arange(ny + 1) * dx,
                                           indexing="ij"), -1)
@@ -358,19 +365,51 @@ class NumpyFlip2D:
         self.grid_to_particles(dt)
         return iters
 
-    def measure(self) -> None:
-        """Fractions inside each container, in flight and spilled; liquid area (m^2)."""
+    def measure(self, step: float = 0.0, new_liquid: bool = False) -> None:
+        """Fractions inside each container, in flight and spilled; liquid area (m^2); the target
+        opening's score: as the kernel's ``measure`` (``step``: the interval just advanced, 0
+        after an upload; ``new_liquid``: the particles were replaced)."""
         x, frames = self.x, self._frames(0.0)
+        owner = np.full(len(x), -1, np.int64)
         self.in_body = np.zeros(max(len(self.shapes), 1), np.int64)
-        outside = np.ones(len(x), bool)
         for k, shape in enumerate(self.shapes):
             if isinstance(shape, Container) and len(x):
-                inside = outside & shape.contains(self._to_body(frames[k], x))
+                inside = (owner < 0) & shape.contains(self._to_body(frames[k], x))
                 self.in_body[k] = np.count_nonzero(inside)
-                outside &= ~inside
-        slow = np.sqrt((self.v ** 2).sum(1)) < self.settle_speed
-        self.diag[D_IN_FLIGHT] = np.count_nonzero(outside & ~slow)
-        self.diag[D_SPILLED] = np.count_nonzero(outside & slow)
+                owner[inside] = k
+        if new_liquid:
+            self.earned = np.zeros(len(x))
+        rim, score = -np.inf, 0.0
+        if self.target is not None:
+            tb, ocx, ocy, half_w = self.target
+            oc = np.array([ocx, ocy])
+            rim = frames[tb][1] + frames[tb][3] * ocx + frames[tb][2] * ocy
+            if step > 0.0 and not new_liquid:
+                was_in, now_in = self.owner == tb, owner == tb
+                enter = np.flatnonzero(now_in & ~was_in)
+                pz = self.pose[tb] - self.body_vel[tb] * step
+                prev = (pz[0], pz[1], math.cos(pz[2]), math.sin(pz[2]))
+                lp = self._to_body(prev, self.x_measured[enter])
+                ln = self._to_body(frames[tb], x[enter])
+                dy = ln[:, 1] - lp[:, 1]
+                ok = np.abs(dy) > 1e-12
+                t = np.clip(np.where(ok, (ocy - lp[:, 1]) / np.where(ok, dy, 1.0), 1.0), 0.0, 1.0)
+                dist = np.linalg.norm(lp + t[:, None] * (ln - lp) - oc, axis=1)
+                rp = np.maximum(1.0 - dist / half_w, 0.0)
+                leave = was_in & ~now_in
+                score = rp.sum() - self.earned[leave].sum()
+                self.earned[enter] = rp
+                self.earned[leave] = 0.0
+        if step > 0.0:
+            speed = np.linalg.norm(x - self.x_measured, axis=1) / step
+        else:
+            speed = np.linalg.norm(self.v, axis=1)
+        out = owner < 0
+        spilled = out & ((speed < self.settle_speed) | (x[:, 1] < rim))
+        self.owner, self.x_measured = owner, x.copy()
+        self.diag[D_IN_FLIGHT] = np.count_nonzero(out & ~spilled)
+        self.diag[D_SPILLED] = np.count_nonzero(spilled)
+        self.diag[D_TARGET_SCORE] = score
         self.splat_density(x)
         self.diag[D_AREA] = np.minimum(self.rho, 1.0).sum() * self.dx * self.dx
 
@@ -401,7 +440,7 @@ class NumpyFlip2D:
             n_sub += 1
         if self.diag[D_UNSTABLE] == 0.0:
             self.pose = self.pose + self.body_vel * interval
-            self.measure()
+            self.measure(interval)
             self.diag[D_TIME] += interval
         self.diag[D_MAX_CFL] = max_cfl
         self.diag[D_SUBSTEPS] = n_sub
@@ -430,6 +469,7 @@ class ReferenceWorld2D(World2D):
         s.gravity = self.gravity.copy()
         self._solver = s
         self._diag = np.zeros((1, N_DIAG))
+        self._upload_target()
         self._upload_bodies()
         self._upload_particles()
         return self
@@ -447,12 +487,16 @@ class ReferenceWorld2D(World2D):
         if len(m.x) > s.P:
             raise ValueError(f"liquid needs {len(m.x)} particles but max_particles={s.P}")
         s.x, s.v = m.x.astype(np.float64).copy(), m.v.astype(np.float64).copy()
-        s.measure()
+        s.measure(new_liquid=True)
         self._read_diagnostics()
         self._area0 = self._diag[:, D_AREA].copy()
 
     def _upload_viscosity(self) -> None:
         self._solver.nu = float(self._nu[0])
+
+    def _upload_target(self) -> None:
+        k, cx, cy, half_w = self._target[0]
+        self._solver.target = None if k < 0 else (int(k), cx, cy, half_w)
 
     def _particle_array(self, name: str) -> np.ndarray:
         return getattr(self._solver, name)[None].copy()

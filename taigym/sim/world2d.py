@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend
 from .constants import (D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS, D_SPILLED, D_SUBSTEPS,
-                          D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS, N_DIAG)
+                          D_TARGET_SCORE, D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS, N_DIAG)
 from .geometry import KIND_BOX, Box, Container
 
 Shape = Box | Container
@@ -57,7 +57,8 @@ class World2D:
         flip_ratio: FLIP/PIC blend (1 = pure FLIP, noisy; 0 = PIC, viscous-looking).
         dt_max: longest substep, s.
         density_correction: fraction of a cell's compression undone per substep.
-        settle_speed: m/s; liquid outside every container and slower than this counts as spilled.
+        settle_speed: m/s; liquid outside every container that moved slower than this over the
+            last advance (its own speed before any) counts as spilled.
     """
 
     def __init__(self, size: Sequence[float] = (0.6, 0.4), cells: int = 128,
@@ -112,6 +113,8 @@ class World2D:
         # height probe per member: (body or -1, y_lo, y_hi, column count), columns (lo, hi)
         self._probe = np.tile([-1.0, 0.0, 0.0, 0.0], (self.batch_size, 1))
         self._probe_columns = np.zeros((self.batch_size, MAX_PROBE_COLUMNS, 2))
+        # target opening per member: (body or -1, centre x, centre y, half width), see set_target_opening
+        self._target = np.tile([-1.0, 0.0, 0.0, 1.0], (self.batch_size, 1))
         self._area0 = np.zeros(self.batch_size)
         # per member: g - a_frame (world axes, m/s^2), origin x, y (m), theta0, omega0, alpha,
         # flag (see set_frame_motion)
@@ -285,6 +288,40 @@ class World2D:
         if self._solver is not None:
             self._upload_probe()
 
+    def set_target_opening(self, handle: int | None, centre=(0.0, 0.0), half_width: float = 1.0, *,
+                           member: int | None = None) -> None:
+        """Score the liquid entering container ``handle`` through its opening, a segment of
+        ``half_width`` (m) either side of ``centre`` (x, y in the body's frame, m) along the
+        body's x axis; read by ``target_scores``. Each particle that enters the container in an
+        advance scores seed 001's R_p = max(1 - dist / half_width, 0), dist from the centre
+        where its path crossed the opening's line; one that leaves gives back what it scored.
+        Liquid outside every container below the opening's centre then counts as spilled: it
+        can no longer reach it. ``handle=None`` stops it. Measured with the diagnostics, at no
+        extra launch."""
+        idx = self._members_of(member)
+        if handle is None:
+            self._target[idx] = [-1.0, 0.0, 0.0, 1.0]
+        else:
+            self._check_handle(handle)
+            for b in idx:
+                if not isinstance(self._members[b].shapes[handle], Container):
+                    raise ValueError(f"handle {handle} is not a container; a target opening needs one")
+            cx, cy = _finite_vector("centre", centre, 2)
+            if not (isinstance(half_width, (int, float, np.floating)) and 0.0 < half_width <= 10.0):
+                raise ValueError(f"half_width must be in (0, 10] m, got {half_width!r}")
+            self._target[idx] = [handle, cx, cy, half_width]
+        if self._solver is not None:
+            self._upload_target()
+
+    def _upload_target(self) -> None:
+        self._solver.target.from_numpy(self._target.astype(np.float32))
+
+    def target_scores(self) -> np.ndarray:
+        """(B,) each member's target score (``set_target_opening``) over the last advance: the
+        R_p of the particles that entered the target less that of those that left it."""
+        self._require_built()
+        return self._diag[:, D_TARGET_SCORE].copy()
+
     def _upload_probe(self) -> None:
         self._solver.probe.from_numpy(self._probe.astype(np.float32))
         self._solver.probe_columns.from_numpy(self._probe_columns.astype(np.float32))
@@ -351,6 +388,7 @@ class World2D:
         self._upload_viscosity()
         self._upload_gravity()
         self._upload_probe()
+        self._upload_target()
         self._diag = np.zeros((self.batch_size, s.diagnostics.shape[1]))
         self._upload_bodies()
         self._upload_particles()
@@ -408,6 +446,9 @@ class World2D:
         s.x.from_numpy(x)
         s.v.from_numpy(v)
         s.n.from_numpy(counts)
+        new_liquid = np.zeros(self.batch_size, np.int32)
+        new_liquid[slice(None) if changed is None else changed] = 1
+        s.new_liquid.from_numpy(new_liquid)
         s.measure_all()
         self._read_diagnostics()
         idx = slice(None) if changed is None else changed
@@ -595,7 +636,8 @@ class World2D:
         """Fractions of the member's liquid: ``{"in": {handle: f}, "in_flight": f, "spilled": f}``.
 
         "in" counts particles inside a container's interior polygon; outside every container, a
-        particle slower than ``settle_speed`` is spilled, a faster one in flight.
+        particle that moved slower than ``settle_speed`` over the last advance (or below the
+        target opening, see ``set_target_opening``) is spilled, a faster one in flight.
         """
         self._require_built()
         b = self._members_of(member)[0]
