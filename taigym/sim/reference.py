@@ -489,7 +489,7 @@ class ReferenceWorld2D(World2D):
         s.x, s.v = m.x.astype(np.float64).copy(), m.v.astype(np.float64).copy()
         s.measure(new_liquid=True)
         self._read_diagnostics()
-        self._area0 = self._diag[:, D_AREA].copy()
+        self._liquid0 = self._diag[:, D_AREA].copy()
 
     def _upload_viscosity(self) -> None:
         self._solver.nu = float(self._nu[0])
