@@ -23,6 +23,7 @@ _REGISTRY = {
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
     "sfrrt": "taigym.agents.sfrrt:SFRRTAgent",
+    "carry": "taigym.agents.carry:CarryAgent",
     "cmaes": "taigym.agents.cmaes:CMAESAgent",
     "rh": "taigym.agents.rh:RHAgent",
     "stance": "taigym.agents.stance:StanceAgent",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import gymnasium as gym
 
 FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
-_AVAILABLE = ("pour", "transport", "multicontact")
+_AVAILABLE = ("pour", "transport", "transport3d", "multicontact")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -23,6 +23,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         from .transport_tasks import transport_tasks
 
         return transport_tasks(split)
+    if family == "transport3d":
+        from .transport3d_tasks import transport3d_tasks
+
+        return transport3d_tasks(split)
     if family == "multicontact":
         from .multicontact_tasks import multicontact_tasks
 
@@ -38,6 +42,8 @@ def _register() -> None:
                      vector_entry_point="taigym.envs.pour_vector:PourVectorEnv")
     if "taigym/Transport-v0" not in gym.registry:
         gym.register(id="taigym/Transport-v0", entry_point="taigym.envs.transport:TransportEnv")
+    if "taigym/Transport3D-v0" not in gym.registry:
+        gym.register(id="taigym/Transport3D-v0", entry_point="taigym.envs.transport3d:Transport3DEnv")
     if "taigym/MultiContact-v0" not in gym.registry:
         gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
 

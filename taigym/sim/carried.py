@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.spatial.transform import Rotation
 
 from .geometry import Container, rotate
 from .world2d import World2D
@@ -126,3 +127,111 @@ class CarriedContainer2D:
     def world_positions(self, pose: Sequence[float]) -> np.ndarray:
         """(N, 2) particle positions in the room for a container at ``pose``."""
         return rotate(self.local_positions(), float(pose[2])) + np.asarray(pose[:2], dtype=np.float64)
+
+
+class CarriedContainer3D:
+    """A container carried through a room (3D), its liquid simulated in its own frame on a
+    fixed small grid (``World3D``), as :class:`CarriedContainer2D`.
+
+    The container's frame has y along its axis (origin at the centre of the inner bottom); the
+    room's frame here is the simulator's, y up (a z-up robot world maps to it by a rotation,
+    see ``taigym.envs.transport3d``).
+
+    Args:
+        max_radius: largest interior radius at the opening of any container loaded (m).
+        max_height: tallest interior height (m).
+        dx: grid spacing (m); walls thinner than two cells are thickened to 2 dx.
+        margin: free space around the container (m); spilled liquid collects there.
+        world_kw: passed to :class:`World3D` (viscosity, seed, arch, ...).
+    """
+
+    def __init__(self, max_radius: float, max_height: float, *, dx: float = 0.01,
+                 margin: float = 0.02, **world_kw):
+        from .world3d import World3D
+
+        for name, v in (("max_radius", max_radius), ("max_height", max_height), ("dx", dx),
+                        ("margin", margin)):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive number of metres, got {v!r}")
+        self.dx, self.margin = float(dx), float(margin)
+        self.max_radius, self.max_height = float(max_radius), float(max_height)
+        self.wall = 2 * self.dx                          # walls two cells thick hold the liquid
+        half = max_radius + self.wall + margin
+        cells = int(math.ceil(2 * half / dx))
+        height = max_height + self.wall + margin + max(margin, 0.5 * max_height)
+        side = cells * dx
+        self.origin = np.array([0.5 * side, self.wall + margin, 0.5 * side])
+        # capacity: the largest interior full, at 2 x 2 x 2 particles per cell
+        capacity = int(1.1 * math.pi * max_radius ** 2 * max_height / (0.5 * dx) ** 3) + 64
+        self.world = World3D(size=(side, height, side), cells=cells, max_particles=capacity,
+                             **world_kw)
+        self.handle = None
+        self.container = None
+        self.n = 0
+        self._spilled = np.zeros(0, dtype=bool)
+
+    def load(self, container, fill: float, *, seed: int | None = None) -> None:
+        """Put ``container`` (a ``sim.container3d``, upright, at rest) filled to ``fill`` of its
+        height in the frame; any previous liquid is removed. ``seed`` restarts the jitter."""
+        from .geometry3d import Container3
+
+        if not isinstance(container, Container3) or container.section != "round":
+            raise ValueError(f"container must be a round sim.container3d(...), got {container!r}")
+        r = float(np.abs(container.interior[:, 0]).max())
+        if r > self.max_radius + 1e-9 or container.height > self.max_height + 1e-9:
+            raise ValueError(f"container interior radius {r:.3g} m x height {container.height:.3g} m "
+                             f"exceeds this frame's max_radius x max_height = "
+                             f"{self.max_radius:.3g} x {self.max_height:.3g} m")
+        if container.wall_thickness < self.wall:
+            s = container.section2d
+            container = Container3(Container(shape=s.shape, width=s.width, height=s.height,
+                                             wall_thickness=self.wall, interior=s.interior,
+                                             params=s.params))
+        self.container = container
+        w = self.world
+        pose = (*self.origin, 0.0, 0.0, 0.0)
+        if self.handle is None:
+            self.handle = w.add_body(container, pose=pose)
+            w.build()
+        else:
+            w.set_body(self.handle, container, pose=pose)
+        w.clear_liquid()
+        w.clear_frame_motion()
+        if seed is not None:
+            w.reseed(seed)
+        self.n = w.fill_body(self.handle, fill)
+        self._spilled = np.zeros(self.n, dtype=bool)
+        lip_r = float(np.abs(container.walls[:, 0]).max()) + container.radius
+        self._column = (lip_r, container.height)       # the column above the opening
+
+    def local_positions(self) -> np.ndarray:
+        """(N, 3) particle positions in the container frame (origin at the inner bottom), m."""
+        return self.world.positions() - self.origin
+
+    def step(self, rotation, velocity, next_velocity, dt: float) -> None:
+        """Advance ``dt`` s while the container, at orientation ``rotation`` (rotation vector,
+        room axes), moves from the room velocity ``velocity`` (vx, vy, vz of its origin, m/s;
+        wx, wy, wz, rad/s) to ``next_velocity`` at the end, under constant acceleration."""
+        if self.container is None:
+            raise RuntimeError("call load() first")
+        v0 = np.asarray(velocity, dtype=np.float64)
+        v1 = np.asarray(next_velocity, dtype=np.float64)
+        R = Rotation.from_rotvec(np.asarray(rotation, dtype=np.float64)).as_matrix()
+        # World3D takes the angular velocity and acceleration in the frame's axes
+        omega = R.T @ v0[3:]
+        alpha = R.T @ (v1[3:] - v0[3:]) / dt
+        self.world.set_frame_motion(self.origin, rotation, omega, alpha, (v1[:3] - v0[:3]) / dt)
+        self.world.advance(dt)
+        p = self.local_positions()
+        lip_r, lip_y = self._column
+        above = (p[:, 1] >= lip_y) & (np.hypot(p[:, 0], p[:, 2]) <= lip_r)
+        self._spilled |= ~self.container.contains(p) & ~above
+
+    @property
+    def spilled(self) -> float:
+        """Fraction of the liquid that has left the container so far (never decreases)."""
+        return float(self._spilled.mean()) if self.n else 0.0
+
+    @property
+    def unstable(self) -> bool:
+        return self.world.unstable

@@ -1,0 +1,357 @@
+"""``taigym/Transport3D-v0``: a Franka Panda carries a filled container to a goal, upright and
+without spilling, past boxes (seed 002 in 3D).
+
+The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client)
+holds seed 002's frustum in its hand; pybullet gives the kinematics and the collisions, the
+liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
+accelerating, rotating frame (:class:`taigym.sim.carried.CarriedContainer3D`), so the cost is the
+container's, not the room's. Liquid that leaves the container is spilled for good. Tasks:
+:mod:`taigym.envs.transport3d_tasks` (robot frame: z up, the arm's base at the origin on a table
+top at z = 0).
+
+## Action space
+
+``Box(-1, 1, (7,), float32)``: the joint velocities at the end of the 0.05 s control step, as
+fractions of :data:`MAX_JOINT_SPEED` (1 rad/s; the Panda allows 2.2-2.6). Over the step the
+velocities change linearly from the previous ones, so the joint angles follow the trapezoid
+rule and the liquid feels the container's acceleration. A step that would leave the joint
+limits stops the joints at them (``info["action_clipped"]``).
+
+## Observation space
+
+A float32 vector of 61 entries, every one bounded:
+
+| index | observation | unit |
+|-------|-------------|------|
+| 0-6 | joint angles | rad |
+| 7-13 | joint velocities | rad/s |
+| 14-16 | container origin (centre of the inner bottom) | m |
+| 17-19 | container orientation, rotation vector (0: upright) | rad |
+| 20-25 | container velocity (origin; angular) | m/s, rad/s |
+| 26-28 | goal position | m |
+| 29-31 | goal minus position | m |
+| 32 | tilt of the container's axis from vertical | rad |
+| 33-36 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
+| 37 | seed 002's maximum tilt at this fill (3D, equal volume) | rad |
+| 38 | spilled fraction so far | - |
+| 39 | time / horizon | - |
+| 40-60 | 3 obstacle slots: present (0/1), centre x, y, z, half extents x, y, z (zeros if empty) | m |
+
+## Rewards
+
+Per step: progress ``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m
+per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``, ``-time_penalty``
+(default 0.01), ``-1`` on a collision, ``+1`` on success.
+
+## Episode end
+
+* Termination: success (container origin within 2 cm of the goal, tilt under 0.05 rad, nearly
+  still (< 0.05 m/s, < 0.2 rad/s), at most 0.1 % spilled); a collision of the arm or the
+  container with a box or the table.
+* Truncation: at ``horizon`` (default 10 s), or when the solver blows up (``info["sim_unstable"]``).
+
+## Info
+
+``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
+``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
+``rotation``, ``tilt``, ``distance``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from scipy.spatial.transform import Rotation
+
+from .transport3d_tasks import (HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
+                                Transport3DTask, as_task, sample_task, transport3d_tasks)
+
+CONTROL_DT = 0.05
+MAX_JOINT_SPEED = 1.0                             # rad/s
+GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
+STILL = (0.05, 0.2)                               # m/s, rad/s
+SPILL_LIMIT = 1e-3                                # success: at most 0.1 % spilled
+TILT_WEIGHT = 0.05                                # m per rad in the goal distance
+OBS_SIZE = 40 + 7 * MAX_OBSTACLES
+HAND_LINK = 11                                    # panda_grasptarget
+# the container's origin in the hand (grasp-target) frame, whose x axis is up and z axis (the
+# approach) horizontal at HOME: 3 cm ahead of the fingers' centre along the approach and 4 cm
+# below it, so the fingers hold the container's wall near mid-height
+GRASP_OFFSET = np.array([-0.04, 0.0, 0.03])
+# robot axes (z up) -> simulator axes (y up): (x, y, z) -> (x, z, -y), a proper rotation
+TO_SIM = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
+CONTAINER_WALL = 0.02                             # m, two cells of the liquid grid
+
+
+class PandaCarrier:
+    """The Panda holding the container, in its own pybullet DIRECT client: the container's pose
+    and Jacobian at joint angles q, and collisions with the task's boxes and the table."""
+
+    def __init__(self):
+        import pybullet as pb
+        import pybullet_data
+
+        self.pb = pb
+        self.client = pb.connect(pb.DIRECT)
+        pb.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=self.client)
+        self.robot = pb.loadURDF("franka_panda/panda.urdf", useFixedBase=True,
+                                 physicsClientId=self.client)
+        table = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[2.0, 2.0, 0.05],
+                                        physicsClientId=self.client)
+        self.table = pb.createMultiBody(0, table, basePosition=[0, 0, -0.05], physicsClientId=self.client)
+        # the container's orientation in the hand: upright (its y axis along z) at HOME
+        _, R_hand = self._hand(HOME)
+        self.R_hand_container = R_hand.T @ TO_SIM.T
+        self.boxes: list[int] = []
+        self.cup = None
+        self._cup_size = None
+
+    def _set(self, q) -> None:
+        for j in range(7):
+            self.pb.resetJointState(self.robot, j, float(q[j]), physicsClientId=self.client)
+
+    def _hand(self, q) -> tuple[np.ndarray, np.ndarray]:
+        self._set(q)
+        s = self.pb.getLinkState(self.robot, HAND_LINK, computeForwardKinematics=True,
+                                 physicsClientId=self.client)
+        return np.array(s[4]), np.array(self.pb.getMatrixFromQuaternion(s[5])).reshape(3, 3)
+
+    def container_pose(self, q) -> tuple[np.ndarray, np.ndarray]:
+        """(origin (3,), rotation matrix (3, 3): container axes -> robot axes) at joints q."""
+        p, R = self._hand(q)
+        return p + R @ GRASP_OFFSET, R @ self.R_hand_container
+
+    def container_velocity(self, q, qd) -> np.ndarray:
+        """(6,) linear velocity of the container's origin and angular velocity (robot axes)."""
+        return self.jacobian(q) @ np.asarray(qd, dtype=np.float64)
+
+    def jacobian(self, q) -> np.ndarray:
+        """(6, 7) Jacobian of the container origin's velocity and the angular velocity."""
+        origin, _ = self.container_pose(q)
+        s = self.pb.getLinkState(self.robot, HAND_LINK, physicsClientId=self.client)
+        # pybullet takes the point in the link's centre-of-mass frame, not its URDF frame
+        R_com = np.array(self.pb.getMatrixFromQuaternion(s[1])).reshape(3, 3)
+        local = R_com.T @ (origin - np.array(s[0]))
+        zeros = [0.0] * 9
+        lin, ang = self.pb.calculateJacobian(self.robot, HAND_LINK, local.tolist(),
+                                             [*map(float, q), 0.04, 0.04], zeros, zeros,
+                                             physicsClientId=self.client)
+        return np.vstack([np.array(lin)[:, :7], np.array(ang)[:, :7]])
+
+    def set_scene(self, task: Transport3DTask) -> None:
+        pb, c = self.pb, self.client
+        for body in self.boxes:
+            pb.removeBody(body, physicsClientId=c)
+        self.boxes = []
+        for cx, cy, cz, hx, hy, hz in task.obstacles:
+            shape = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[hx, hy, hz], physicsClientId=c)
+            self.boxes.append(pb.createMultiBody(0, shape, basePosition=[cx, cy, cz], physicsClientId=c))
+        size = (task.top_radius + CONTAINER_WALL, task.height + CONTAINER_WALL)
+        if size != self._cup_size:
+            if self.cup is not None:
+                pb.removeBody(self.cup, physicsClientId=c)
+            shape = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=size[0], height=size[1],
+                                            physicsClientId=c)
+            self.cup, self._cup_size = pb.createMultiBody(0, shape, physicsClientId=c), size
+
+    def collides(self, q) -> bool:
+        """The arm (but its base, on the table) or the container touches a box or the table."""
+        pb, c = self.pb, self.client
+        origin, R = self.container_pose(q)
+        axis = R @ np.array([0.0, 1.0, 0.0])
+        # the cylinder's axis is its local z: turn z onto the container's axis
+        rot = R @ Rotation.from_euler("x", -90, degrees=True).as_matrix()
+        centre = origin + axis * (0.5 * self._cup_size[1] - CONTAINER_WALL)
+        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(),
+                                           Rotation.from_matrix(rot).as_quat().tolist(), physicsClientId=c)
+        for body in [*self.boxes, self.table]:
+            if pb.getClosestPoints(self.cup, body, 0.0, physicsClientId=c):
+                return True
+        for body in self.boxes:
+            if pb.getClosestPoints(self.robot, body, 0.0, physicsClientId=c):
+                return True
+        # the base and the first link stand on the table
+        return any(pb.getClosestPoints(self.robot, self.table, 0.0, linkIndexA=link, physicsClientId=c)
+                   for link in range(2, 12))
+
+    def feasible(self, task: Transport3DTask) -> bool:
+        """The start is collision-free and the container fits at the goal, upright."""
+        self.set_scene(task)
+        if self.collides(task.start):
+            return False
+        pb, c = self.pb, self.client
+        centre = np.asarray(task.goal) + [0.0, 0.0, 0.5 * self._cup_size[1] - CONTAINER_WALL]
+        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(), [0, 0, 0, 1], physicsClientId=c)
+        return not any(pb.getClosestPoints(self.cup, b, 0.0, physicsClientId=c)
+                       for b in [*self.boxes, self.table])
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.pb.disconnect(self.client)
+            self.client = None
+
+
+def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
+    """Finite (low, high) of every observation entry (the table in the module docstring)."""
+    reach, v, w = 1.2, 2.0, 8.0
+    lo = [*JOINT_LOW, *[-MAX_JOINT_SPEED] * 7, -reach, -reach, -0.2, *[-math.pi] * 3, -v, -v, -v,
+          -w, -w, -w, -reach, -reach, -0.2, *[-2 * reach] * 3, *[0.0] * 8]
+    hi = [*JOINT_HIGH, *[MAX_JOINT_SPEED] * 7, reach, reach, 1.4, *[math.pi] * 3, v, v, v, w, w, w,
+          reach, reach, 1.4, *[2 * reach] * 3, math.pi, MAX_TOP_RADIUS, MAX_TOP_RADIUS, MAX_HEIGHT,
+          MAX_HEIGHT, math.pi, 1.0, 1.0]
+    slot_lo, slot_hi = [0.0, -reach, -reach, 0.0, 0.0, 0.0, 0.0], [1.0, reach, reach, 1.4, 1.0, 1.0, 1.0]
+    return (np.array(lo + slot_lo * MAX_OBSTACLES, np.float32),
+            np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
+
+
+class Transport3DEnv(gym.Env):
+    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT))}
+
+    def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = 0.01,
+                 spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
+                 arch: str = "cpu"):
+        if task_split not in (None, "train", "eval"):
+            raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 120):
+            raise ValueError(f"horizon must be in [0.5, 120] s, got {horizon!r}")
+        if not (isinstance(dx, (int, float)) and 0.004 <= dx <= 0.01):
+            raise ValueError(f"dx must be in [0.004, 0.01] m (the container's walls are 2 cm, two "
+                             f"cells at least), got {dx!r}")
+        if not (isinstance(viscosity, (int, float)) and 0 <= viscosity <= 0.5):
+            raise ValueError(f"viscosity must be in [0, 0.5] Pa s, got {viscosity!r}")
+        self.task_split, self.horizon, self.dx = task_split, float(horizon), float(dx)
+        self.viscosity, self.arch = float(viscosity), arch
+        self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
+        self.action_space = spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
+        self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
+        self.max_steps = int(round(self.horizon / CONTROL_DT))
+        self.task: Transport3DTask | None = None
+        self.arm: PandaCarrier | None = None
+        self.carried = None
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if self.arm is None:
+            self.arm = PandaCarrier()
+        if options and options.get("task") is not None:
+            task = as_task(options["task"])
+        elif self.task_split is not None:
+            split = transport3d_tasks(self.task_split)
+            task = split[int(self.np_random.integers(len(split)))]
+        else:
+            while True:
+                task = sample_task(self.np_random, lambda q: self.arm.container_pose(q)[0])
+                if self.arm.feasible(task):
+                    break
+        if not self.arm.feasible(task):
+            raise ValueError("the task's start configuration collides, or its container does not "
+                             "fit at the goal")
+        self.task = task
+        from taigym.models.max_tilt import max_tilt_3d
+        from taigym.sim.carried import CarriedContainer3D
+
+        self.theta_max = max_tilt_3d(task.bottom_radius, task.top_radius, task.height, task.fill_height)
+        if self.carried is None:
+            self.carried = CarriedContainer3D(MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx,
+                                              viscosity=self.viscosity, arch=self.arch)
+        self.carried.load(task.container(CONTAINER_WALL), task.fill,
+                          seed=int(self.np_random.integers(2 ** 31)))
+        self.q = np.array(task.start)
+        self.qd = np.zeros(7)
+        self._update_container()
+        self.steps, self.collided, self.unstable, self.spilled, self.clipped = 0, False, False, 0.0, False
+        self.d0 = max(self._distance(), 1e-6)
+        return self._obs(), self._info(success=False)
+
+    def _update_container(self) -> None:
+        self.position, self.R = self.arm.container_pose(self.q)
+        self.velocity = self.arm.container_velocity(self.q, self.qd)
+
+    def _tilt(self) -> float:
+        return float(math.acos(np.clip(self.R[2, 1], -1.0, 1.0)))   # container y vs robot z
+
+    def _distance(self) -> float:
+        return float(np.linalg.norm(np.asarray(self.task.goal) - self.position) + TILT_WEIGHT * self._tilt())
+
+    def step(self, action):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action must be 7 finite numbers in [-1, 1], got {action!r}")
+        qd1 = np.clip(a, -1.0, 1.0) * MAX_JOINT_SPEED
+        q1 = self.q + 0.5 * (self.qd + qd1) * CONTROL_DT
+        self.clipped = bool(np.any(q1 < JOINT_LOW) or np.any(q1 > JOINT_HIGH))
+        if self.clipped:                         # stop the joints at their limits
+            q1 = np.clip(q1, JOINT_LOW, JOINT_HIGH)
+            qd1 = np.where((q1 == JOINT_LOW) | (q1 == JOINT_HIGH), 0.0, qd1)
+        d_prev = self._distance()
+        reward = 0.0
+        if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
+            self.collided = True
+            reward -= 1.0
+            self.qd = np.zeros(7)
+        else:
+            v0 = self.velocity
+            v1 = self.arm.container_velocity(q1, qd1)
+            prev_spill = self.carried.spilled
+            # the liquid's frame in simulator axes (y up)
+            rot = Rotation.from_matrix(TO_SIM @ self.R).as_rotvec()
+            self.carried.step(rot, np.concatenate([TO_SIM @ v0[:3], TO_SIM @ v0[3:]]),
+                              np.concatenate([TO_SIM @ v1[:3], TO_SIM @ v1[3:]]), CONTROL_DT)
+            self.unstable = self.carried.unstable
+            self.q, self.qd = q1, qd1
+            self.spilled = self.carried.spilled
+            reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
+        self._update_container()
+        self.steps += 1
+        reward += (d_prev - self._distance()) / self.d0 - self.time_penalty
+        delivered = self._at_goal() and self._still()
+        success = delivered and self.spilled <= SPILL_LIMIT and not self.collided
+        if success:
+            reward += 1.0
+        terminated = bool(self.collided or success)
+        truncated = bool(not terminated and (self.unstable or self.steps >= self.max_steps))
+        return self._obs(), float(reward), terminated, truncated, self._info(success)
+
+    def _at_goal(self) -> bool:
+        d = np.linalg.norm(np.asarray(self.task.goal) - self.position)
+        return bool(d <= GOAL_TOLERANCE[0] and self._tilt() <= GOAL_TOLERANCE[1])
+
+    def _still(self) -> bool:
+        return bool(np.linalg.norm(self.velocity[:3]) < STILL[0] and np.linalg.norm(self.velocity[3:]) < STILL[1])
+
+    # ------------------------------------------------------------------ features
+    def _obs(self) -> np.ndarray:
+        t = self.task
+        g = np.asarray(t.goal)
+        rotvec = Rotation.from_matrix(self.R @ TO_SIM).as_rotvec()   # 0 when upright
+        head = [*self.q, *self.qd, *self.position, *rotvec, *self.velocity, *g, *(g - self.position),
+                self._tilt(), t.bottom_radius, t.top_radius, t.height, t.fill_height, self.theta_max,
+                self.spilled, self.steps * CONTROL_DT / self.horizon]
+        slots = np.zeros((MAX_OBSTACLES, 7))
+        if t.obstacles:
+            boxes = np.asarray(t.obstacles)
+            order = np.argsort(np.linalg.norm(boxes[:, :3] - self.position, axis=1), kind="stable")
+            slots[:len(boxes), 0] = 1.0
+            slots[:len(boxes), 1:] = boxes[order]
+        obs = np.concatenate([np.asarray(head), slots.ravel()])
+        return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
+
+    def _info(self, success: bool) -> dict[str, Any]:
+        return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
+                "in_target": (1.0 - self.spilled) if self._at_goal() else 0.0, "in_flight": 0.0,
+                "success": bool(success), "is_success": bool(success), "collided": bool(self.collided),
+                "action_clipped": self.clipped, "sim_unstable": bool(self.unstable),
+                "time": self.steps * CONTROL_DT, "position": self.position.copy(),
+                "rotation": self.R.copy(), "tilt": self._tilt(), "distance": self._distance()}
+
+    def close(self):
+        if self.arm is not None:
+            self.arm.close()
+            self.arm = None

@@ -1,0 +1,173 @@
+"""Transport3D tasks (seed 002 in 3D): a Franka Panda carries a filled frustum from a start
+configuration to a goal position, upright, past boxes.
+
+Coordinates are the robot's (pybullet's): z up, the arm's base at the origin on a table top
+(z = 0 is the table; nothing may go below it). A :class:`Transport3DTask` fixes the arm's
+start joint configuration (7 angles, rad; the container is then upright in the hand), the goal
+position of the container's frame origin (the centre of its inner bottom, m), up to
+:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), seed 002's frustum
+(bottom and top interior radius, height, m) and the fill (liquid height / container height).
+
+Sampled tasks: the start and the goal are configurations of the arm that hold the container
+upright (joints 3 and 5 at 0, joint 6 = joint 2 - joint 4 + pi/2, so the hand's approach axis
+is horizontal), so the goal is reachable upright; the base joint turns by up to 60 deg either
+way. Half of the tasks put a box between start and goal, its top 3-8 cm above the straight
+path's midpoint, so the container must be lifted over it (or carried around it). Containers:
+top radius 3-4 cm, bottom radius 0.7-1.0 x top, height 6-9 cm; fill 0.3-0.8.
+``taigym.envs.tasks("transport3d", split)`` gives 1000 train and 100 eval tasks from fixed
+seeds.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._checks import bounded_float
+
+MAX_OBSTACLES = 3                  #: obstacle slots of the observation
+MAX_TOP_RADIUS = 0.04              #: m, largest interior top radius the liquid grid holds
+MAX_HEIGHT = 0.09                  #: m, tallest container the liquid grid holds
+JOINT_LOW = np.array([-2.9671, -1.8326, -2.9671, -3.0718, -2.9671, -0.0175, -2.9671])
+JOINT_HIGH = np.array([2.9671, 1.8326, 2.9671, -0.0698, 2.9671, 3.7525, 2.9671])
+SPLIT_SIZES = {"train": 1000, "eval": 100}
+_SPLIT_SEEDS = {"train": (20261122, 0), "eval": (20261122, 1)}
+
+
+def upright_configuration(base: float, shoulder: float, elbow: float) -> np.ndarray:
+    """Joint angles (rad) with joints 3 and 5 at 0 and the hand's approach axis horizontal
+    (joint 6 = shoulder - elbow + pi/2): the container stays upright in the hand."""
+    return np.array([base, shoulder, 0.0, elbow, 0.0, shoulder - elbow + 0.5 * math.pi, 0.785])
+
+
+HOME = upright_configuration(0.0, -0.3, -2.2)   #: hand 0.59 m out, 0.70 m up; approach +x
+
+
+@dataclass(frozen=True)
+class Transport3DTask:
+    """One 3D transport problem; validated on construction (ValueError naming the field)."""
+
+    start: tuple[float, ...]                       # 7 joint angles, rad
+    goal: tuple[float, float, float]               # container origin, m (robot frame, z up)
+    obstacles: tuple[tuple[float, ...], ...] = ()  # (cx, cy, cz, hx, hy, hz), m
+    bottom_radius: float = 0.025
+    top_radius: float = 0.035
+    height: float = 0.08
+    fill: float = 0.5
+
+    def __post_init__(self) -> None:
+        start = np.asarray(self.start, dtype=np.float64)
+        if start.shape != (7,) or not np.all(np.isfinite(start)) or \
+                np.any(start < JOINT_LOW) or np.any(start > JOINT_HIGH):
+            raise ValueError(f"start must be 7 joint angles within the Panda's limits "
+                             f"{JOINT_LOW.round(3).tolist()} .. {JOINT_HIGH.round(3).tolist()} rad, "
+                             f"got {self.start!r}")
+        goal = np.asarray(self.goal, dtype=np.float64)
+        if goal.shape != (3,) or not np.all(np.isfinite(goal)) or goal[2] < 0.0:
+            raise ValueError(f"goal must be 3 finite numbers (m) with z >= 0, got {self.goal!r}")
+        obst = []
+        for i, box in enumerate(self.obstacles):
+            b = np.asarray(box, dtype=np.float64)
+            if b.shape != (6,) or not np.all(np.isfinite(b)) or np.any(b[3:] <= 0):
+                raise ValueError(f"obstacles[{i}] must be (cx, cy, cz, hx, hy, hz) with positive "
+                                 f"half extents (m), got {box!r}")
+            obst.append(tuple(float(v) for v in b))
+        if len(obst) > MAX_OBSTACLES:
+            raise ValueError(f"obstacles holds at most {MAX_OBSTACLES} boxes, got {len(obst)}")
+        object.__setattr__(self, "start", tuple(float(v) for v in start))
+        object.__setattr__(self, "goal", tuple(float(v) for v in goal))
+        object.__setattr__(self, "obstacles", tuple(obst))
+        top = bounded_float("top_radius", self.top_radius, 0.01, MAX_TOP_RADIUS)
+        bounded_float("bottom_radius", self.bottom_radius, 0.005, top)
+        bounded_float("height", self.height, 0.02, MAX_HEIGHT)
+        if not (isinstance(self.fill, (int, float)) and 0.0 < self.fill <= 1.0):
+            raise ValueError(f"fill must be in (0, 1] of the container's height (above 1 the "
+                             f"liquid would rise above the brim), got {self.fill!r}")
+
+    @property
+    def fill_height(self) -> float:
+        """Liquid height at rest (seed 002's h_w), m."""
+        return self.fill * self.height
+
+    def container(self, wall_thickness: float = 0.02):
+        """The container (``sim.container3d("frustum", ...)``, interior dimensions)."""
+        from ..sim import container3d
+
+        return container3d("frustum", width=2 * self.top_radius, height=self.height,
+                           wall_thickness=wall_thickness, bottom_width=2 * self.bottom_radius)
+
+    def to_dict(self) -> dict:
+        return {"start": list(self.start), "goal": list(self.goal),
+                "obstacles": [list(b) for b in self.obstacles], "bottom_radius": self.bottom_radius,
+                "top_radius": self.top_radius, "height": self.height, "fill": self.fill}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Transport3DTask:
+        if not isinstance(d, dict):
+            raise ValueError(f"from_dict needs a dict, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown task field(s): {', '.join(unknown)}")
+        d = dict(d)
+        d["obstacles"] = tuple(tuple(b) for b in d.get("obstacles", ()))
+        return cls(**d)
+
+
+def as_task(value: Any) -> Transport3DTask:
+    if isinstance(value, Transport3DTask):
+        return value
+    if isinstance(value, dict):
+        return Transport3DTask.from_dict(value)
+    raise ValueError(f"task must be a Transport3DTask or its to_dict(), got {type(value).__name__}")
+
+
+def sample_task(rng: np.random.Generator, container_origin) -> Transport3DTask:
+    """A random task; ``container_origin(q)`` gives the container's origin (m) held by the arm
+    at joint angles q (the env's forward kinematics, so that the goal is exactly reachable)."""
+    while True:
+        start = upright_configuration(rng.uniform(-1.0, 1.0), rng.uniform(-0.5, 0.0),
+                                      rng.uniform(-2.4, -2.0))
+        base = start[0] + rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.0)
+        goal_q = upright_configuration(float(np.clip(base, -1.0, 1.0)), rng.uniform(-0.5, 0.2),
+                                       rng.uniform(-2.6, -1.9))
+        if any(np.any(q < JOINT_LOW) or np.any(q > JOINT_HIGH) for q in (start, goal_q)):
+            continue
+        p0, p1 = np.asarray(container_origin(start)), np.asarray(container_origin(goal_q))
+        if p1[2] < 0.1 or np.linalg.norm(p1 - p0) < 0.15:
+            continue
+        obstacles = ()
+        if rng.random() < 0.5:
+            mid = 0.5 * (p0 + p1)
+            d = (p1 - p0)[:2] / np.linalg.norm((p1 - p0)[:2])
+            along, across = rng.uniform(0.03, 0.06), rng.uniform(0.05, 0.12)
+            top = mid[2] + rng.uniform(0.03, 0.08)
+            yaw_half = np.abs(d) * along + np.abs(d[::-1]) * across   # axis-aligned cover
+            obstacles = ((float(mid[0]), float(mid[1]), 0.5 * top, float(yaw_half[0]),
+                          float(yaw_half[1]), 0.5 * top),)
+        top_r = rng.uniform(0.03, MAX_TOP_RADIUS)
+        return Transport3DTask(start=tuple(start), goal=tuple(p1), obstacles=obstacles,
+                               bottom_radius=top_r * rng.uniform(0.7, 1.0), top_radius=top_r,
+                               height=rng.uniform(0.06, MAX_HEIGHT), fill=rng.uniform(0.3, 0.8))
+
+
+@functools.lru_cache(maxsize=2)
+def transport3d_tasks(split: str = "train") -> tuple[Transport3DTask, ...]:
+    """The fixed ``split`` ("train": 1000 tasks, "eval": 100), identical on every machine;
+    tasks whose start or goal collides with their box are redrawn."""
+    if split not in SPLIT_SIZES:
+        raise ValueError(f"split must be one of {sorted(SPLIT_SIZES)}, got {split!r}")
+    from .transport3d import PandaCarrier
+
+    arm = PandaCarrier()
+    rng = np.random.default_rng(_SPLIT_SEEDS[split])
+    tasks = []
+    while len(tasks) < SPLIT_SIZES[split]:
+        task = sample_task(rng, lambda q: arm.container_pose(q)[0])
+        if arm.feasible(task):
+            tasks.append(task)
+    arm.close()
+    return tuple(tasks)
