@@ -1,6 +1,5 @@
 """taigym/MultiContact-v0: API contract, splits, validation, determinism, physics sanity."""
 
-import dataclasses
 
 import gymnasium as gym
 import numpy as np

@@ -6,7 +6,6 @@ import pytest
 import taigym
 from taigym.planners.sfrrt import (Problem, QuasiStaticClassifier, SFRRTConfig, plan_path,
                                    sfrrt, spill_free_time_parameterize, time_parameterize)
-from taigym.sim.collide2d import collides
 
 ROOM = (1.2, 0.8)
 

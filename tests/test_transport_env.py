@@ -1,6 +1,5 @@
 """taigym/Transport-v0: API, tasks, validation, and the physics a user relies on."""
 
-import dataclasses
 
 import gymnasium as gym
 import numpy as np

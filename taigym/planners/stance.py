@@ -236,7 +236,7 @@ def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
     """A CoM (x, y) at which gravity is balanced by forces at the support's contact points
     (linear in CoM and cone coefficients), nearest ``ref_xy`` with small forces; None if none."""
     pts = [fp for c in support for fp in model.force_points(c)]
-    cols, gens = [], []
+    cols = []
     for pt, kind, n, mu in pts:
         K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
