@@ -100,3 +100,30 @@ def test_learned_classifier_checkpoint(eval_tasks, tmp_path):
     clf.save(str(tmp_path / "c.pt"))
     again = SpillFreeClassifier.load(str(tmp_path / "c.pt"))
     assert again.probability([slow], [pr.props])[0] == pytest.approx(clf.probability([slow], [pr.props])[0])
+
+
+def test_3d_path_goes_round_a_box_and_its_timing_keeps_the_surface_below_the_max_tilt():
+    """SFRRT* in 3D on a free-standing box between start and goal: every sample of the timed
+    trajectory is clear of it, and the accepted trajectory's horizontal acceleration tilts the
+    free surface (amplified) by less than the 3D max tilt."""
+    from taigym.planners.sfrrt3d import Problem3D, QuasiStaticClassifier3D, config_3d, plan_path3d
+
+    lo, hi = np.array([0.25, -0.15, 0.0]), np.array([0.35, 0.15, 0.4])   # a wall, 10 cm thick
+
+    def collides_at(p):
+        return bool(np.all(p > lo - 0.04) and np.all(p < hi + 0.04))    # 4 cm: the container
+
+    pr = Problem3D(start=(0.1, 0.0, 0.2), goal=(0.5, 0.0, 0.2), props=(0.025, 0.035, 0.08, 0.04),
+                   bounds=((0.0, -0.4, 0.05), (0.6, 0.4, 0.6)), collides_at=collides_at)
+    cfg = config_3d()
+    clf = QuasiStaticClassifier3D()
+    plan = sfrrt(pr, clf, cfg, np.random.default_rng(0), planner=plan_path3d)
+    tr = plan.trajectory
+    assert plan.accepted and len(tr.waypoints) > 2
+    np.testing.assert_allclose(tr.pos[[0, -1]], [pr.start, pr.goal], atol=1e-6)
+    assert pr.path_free(tr.pos)
+    a = tr.acc
+    surface = clf.amplification * np.arctan2(np.hypot(a[:, 0], a[:, 1]), 9.81 + a[:, 2])
+    assert surface.max() <= pr.theta_max
+    # the fastest timing (no SFTP) of the same path would not have been accepted
+    assert not clf(time_parameterize(tr.waypoints, cfg.max_jerk, pr, cfg), pr.props)

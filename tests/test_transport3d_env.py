@@ -111,3 +111,16 @@ def test_bad_input_is_named(env, eval_tasks):
     env.reset(seed=0, options={"task": eval_tasks[0]})
     with pytest.raises(ValueError, match="action"):
         env.step(np.zeros(3))
+
+
+def test_sfrrt_carries_over_a_box_without_spilling(env, eval_tasks):
+    agent = agents.make("sfrrt", env)
+    task = next(t for t in eval_tasks if t.obstacles)
+    obs, info = env.reset(seed=3, options={"task": task})
+    agent.reset(seed=3)
+    assert agent.plan.accepted and not agent.fallback
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(agent.act(obs, info))
+        done = term or trunc
+    assert info["success"] and info["spilled"] <= 1e-3 and not info["collided"]

@@ -22,7 +22,7 @@ _REGISTRY = {
     "dagger": "taigym.agents.dagger:DAggerAgent",
     "ppo": "taigym.agents.ppo:PPOAgent",
     "sac": "taigym.agents.sac:SACAgent",
-    "sfrrt": "taigym.agents.sfrrt:SFRRTAgent",
+    "sfrrt": "taigym.agents.sfrrt:make_agent",
     "carry": "taigym.agents.carry:CarryAgent",
     "cmaes": "taigym.agents.cmaes:CMAESAgent",
     "rh": "taigym.agents.rh:RHAgent",

@@ -63,9 +63,17 @@ class CarryAgent(Agent):
         v_des = d / max(dist, 1e-9) * speed
         step = c["max_accel"] * self.dt
         self.v_cmd = self.v_cmd + np.clip(v_des - self.v_cmd, -step, step)
-        axis = R[:, 1]                                     # the container's axis, robot frame
-        w_des = c["upright_gain"] * np.cross(axis, [0.0, 0.0, 1.0])
-        J = self.arm.jacobian(q)
-        qd = J.T @ np.linalg.solve(J @ J.T + c["damping"] ** 2 * np.eye(6), np.concatenate([self.v_cmd, w_des]))
-        qd /= max(1.0, np.abs(qd).max() / self.qd_max)
-        return (qd / self.qd_max).astype(np.float32)
+        return upright_action(self.arm, q, R, self.v_cmd, c["upright_gain"], c["damping"], self.qd_max)
+
+
+def upright_action(arm, q: np.ndarray, R: np.ndarray, velocity: np.ndarray, upright_gain: float,
+                   damping: float, qd_max: float) -> np.ndarray:
+    """The action (joint velocities / ``qd_max``) that moves the container's origin at
+    ``velocity`` (m/s, robot frame) while turning its axis (``R[:, 1]``) back to vertical at
+    ``upright_gain`` (1/s): the damped pseudo-inverse of the arm's Jacobian, scaled down so that
+    no joint exceeds its speed."""
+    w_des = upright_gain * np.cross(R[:, 1], [0.0, 0.0, 1.0])
+    J = arm.jacobian(q)
+    qd = J.T @ np.linalg.solve(J @ J.T + damping ** 2 * np.eye(6), np.concatenate([velocity, w_des]))
+    qd /= max(1.0, np.abs(qd).max() / qd_max)
+    return (qd / qd_max).astype(np.float32)

@@ -27,6 +27,16 @@ ROOM = (1.2, 0.8)
 CONTROL_DT = 0.05
 
 
+def make_agent(env, **cfg) -> Agent:
+    """``taigym.agents.make("sfrrt", env)``: the planar agent on Transport-v0, the 3D one
+    (:class:`taigym.agents.sfrrt3d.SFRRT3DAgent`) on Transport3D-v0."""
+    if type(env.unwrapped).__name__ == "Transport3DEnv":
+        from .sfrrt3d import SFRRT3DAgent
+
+        return SFRRT3DAgent(env, **cfg)
+    return SFRRTAgent(env, **cfg)
+
+
 class SFRRTAgent(Agent):
     name = "sfrrt"
 

@@ -142,6 +142,24 @@ class PandaCarrier:
                                              physicsClientId=self.client)
         return np.vstack([np.array(lin)[:, :7], np.array(ang)[:, :7]])
 
+    def upright_configuration_at(self, position, seed_q, iterations: int = 30) -> np.ndarray | None:
+        """Joint angles holding the container upright with its origin at ``position`` (m), found
+        from ``seed_q`` by damped least squares on the same law a resolved-rate controller
+        follows (position error, axis back to vertical, no turn about it), so the answer is
+        the configuration the arm reaches from there; None if it does not converge to 1 mm and
+        0.01 rad within the joint limits."""
+        target = np.asarray(position, dtype=np.float64)
+        q = np.asarray(seed_q, dtype=np.float64).copy()
+        for _ in range(iterations):
+            p, R = self.container_pose(q)
+            e = np.concatenate([target - p, np.cross(R[:, 1], [0.0, 0.0, 1.0])])
+            if np.linalg.norm(e[:3]) < 1e-3 and np.linalg.norm(e[3:]) < 0.01:
+                return q
+            J = self.jacobian(q)
+            step = J.T @ np.linalg.solve(J @ J.T + 1e-4 * np.eye(6), e)
+            q = np.clip(q + step / max(1.0, np.abs(step).max() / 0.3), JOINT_LOW, JOINT_HIGH)
+        return None
+
     def set_scene(self, task: Transport3DTask) -> None:
         pb, c = self.pb, self.client
         for body in self.boxes:
@@ -158,8 +176,9 @@ class PandaCarrier:
                                             physicsClientId=c)
             self.cup, self._cup_size = pb.createMultiBody(0, shape, physicsClientId=c), size
 
-    def collides(self, q) -> bool:
-        """The arm (but its base, on the table) or the container touches a box or the table."""
+    def collides(self, q, margin: float = 0.0) -> bool:
+        """The arm (but its base, on the table) or the container comes within ``margin`` (m) of
+        a box or the table."""
         pb, c = self.pb, self.client
         origin, R = self.container_pose(q)
         axis = R @ np.array([0.0, 1.0, 0.0])
@@ -169,13 +188,13 @@ class PandaCarrier:
         pb.resetBasePositionAndOrientation(self.cup, centre.tolist(),
                                            Rotation.from_matrix(rot).as_quat().tolist(), physicsClientId=c)
         for body in [*self.boxes, self.table]:
-            if pb.getClosestPoints(self.cup, body, 0.0, physicsClientId=c):
+            if pb.getClosestPoints(self.cup, body, margin, physicsClientId=c):
                 return True
         for body in self.boxes:
-            if pb.getClosestPoints(self.robot, body, 0.0, physicsClientId=c):
+            if pb.getClosestPoints(self.robot, body, margin, physicsClientId=c):
                 return True
         # the base and the first link stand on the table
-        return any(pb.getClosestPoints(self.robot, self.table, 0.0, linkIndexA=link, physicsClientId=c)
+        return any(pb.getClosestPoints(self.robot, self.table, margin, linkIndexA=link, physicsClientId=c)
                    for link in range(2, 12))
 
     def feasible(self, task: Transport3DTask) -> bool:

@@ -59,6 +59,10 @@ class Problem:
         """Seed 002's maximum tilt for this container and fill (rad)."""
         return max_tilt(*self.props)
 
+    def path_free(self, poses: np.ndarray) -> bool:
+        """No pose of (N, 3) ``poses`` puts the container into a box or the room's walls."""
+        return not collides(self.hull, poses, self.obstacles, self.room).any()
+
 
 @dataclass
 class SFRRTConfig:
@@ -107,7 +111,6 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
     """RRT* with the tilt-informed sampler, then shortcutting. Returns waypoints (K, 3) from
     start to goal; raises RuntimeError if no path was found within the budget."""
     cfg = cfg or SFRRTConfig()
-    rng = rng or np.random.default_rng(0)
     hull = problem.hull
     start, goal = np.asarray(problem.start, float), np.asarray(problem.goal, float)
     bound = cfg.tilt_fraction * problem.theta_max
@@ -117,8 +120,31 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
     def edge_free(a, b) -> bool:
         return not segment_collides(hull, a, b, problem.obstacles, problem.room, cfg.check_step, w)
 
+    def sample(rng: np.random.Generator) -> np.ndarray:
+        # informed: positions in the room, tilts within the spill bound (half the samples
+        # upright: the safest tilt, and the one narrow gaps are passed at)
+        tilt = (2 * rng.random() - 1) * bound if rng.random() < 0.5 else 0.0
+        return np.array([rng.random() * W, rng.random() * H, tilt])
+
     if collides(hull, np.stack([start, goal]), problem.obstacles, problem.room).any():
         raise RuntimeError("start or goal in collision with the planning clearance")
+    return rrt_star(start, goal, sample,
+                    lambda q: bool(collides(hull, q[None], problem.obstacles, problem.room)[0]),
+                    edge_free, np.array([1.0, 1.0, w]), cfg, rng)
+
+
+def rrt_star(start: np.ndarray, goal: np.ndarray, sample: Callable, collides_at: Callable,
+             edge_free: Callable, weights: np.ndarray, cfg: SFRRTConfig,
+             rng: np.random.Generator | None = None) -> np.ndarray:
+    """RRT* (k nearest neighbours from a cKDTree, choose-parent and rewiring) from ``start`` to
+    ``goal`` in a space with the metric |weights * dq|; ``sample(rng)`` draws a configuration,
+    ``collides_at(q)`` and ``edge_free(a, b)`` check them; then greedy shortcutting. Returns the
+    waypoints (K, n); raises RuntimeError if no path was found within the budget."""
+    rng = rng or np.random.default_rng(0)
+
+    def scaled(q):
+        return np.asarray(q, dtype=np.float64) * weights
+
     if edge_free(start, goal):
         return np.stack([start, goal])
     nodes = [start]
@@ -134,40 +160,34 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
             break
         if found_at >= 0 and it - found_at >= cfg.refine_iters:
             break
-        if rng.random() < cfg.goal_bias:
-            q = goal.copy()
-        else:  # informed sampler: positions in the room, tilts within the spill bound (half
-            # the samples upright: the safest tilt, and the one narrow gaps are passed at)
-            tilt = (2 * rng.random() - 1) * bound if rng.random() < 0.5 else 0.0
-            q = np.array([rng.random() * W, rng.random() * H, tilt])
+        q = goal.copy() if rng.random() < cfg.goal_bias else sample(rng)
         pts = np.asarray(nodes)
-        sp = _scaled(pts, w)
+        sp = scaled(pts)
         if tree is None or len(nodes) - tree_n >= 64:
             tree, tree_n = cKDTree(sp), len(nodes)
         # nearest: the k-d tree over the first tree_n nodes, a scan over the rest
-        d_tree, i_tree = tree.query(_scaled(q, w))
+        d_tree, i_tree = tree.query(scaled(q))
         tail = sp[tree_n:]
         i_near = int(i_tree)
         if len(tail):
-            dt_ = np.linalg.norm(tail - _scaled(q, w), axis=1)
+            dt_ = np.linalg.norm(tail - scaled(q), axis=1)
             j = int(np.argmin(dt_))
             if dt_[j] < d_tree:
                 i_near = tree_n + j
         near_q = pts[i_near]
-        d = _scaled(q - near_q, w)
-        dist = float(np.linalg.norm(d))
+        dist = float(np.linalg.norm(scaled(q - near_q)))
         if dist < 1e-9:
             continue
         new = near_q + (q - near_q) * min(1.0, cfg.step / dist)
-        if collides(hull, new[None], problem.obstacles, problem.room)[0]:
+        if collides_at(new):
             continue
         n = len(nodes)
         k = min(n, int(math.ceil(math.e * math.log(n + 1))) + 1)
-        cand = set(np.atleast_1d(tree.query(_scaled(new, w), k=min(k, tree_n))[1]).tolist())
+        cand = set(np.atleast_1d(tree.query(scaled(new), k=min(k, tree_n))[1]).tolist())
         if len(tail):
-            cand |= set((tree_n + np.argsort(np.linalg.norm(tail - _scaled(new, w), axis=1))[:k]).tolist())
+            cand |= set((tree_n + np.argsort(np.linalg.norm(tail - scaled(new), axis=1))[:k]).tolist())
         cand = [c for c in cand if c < n]
-        cd = {c: cost[c] + float(np.linalg.norm(_scaled(new - pts[c], w))) for c in cand}
+        cd = {c: cost[c] + float(np.linalg.norm(scaled(new - pts[c]))) for c in cand}
         best_parent = None
         for c in sorted(cd, key=cd.get):  # choose parent: cheapest collision-free
             if edge_free(pts[c], new):
@@ -182,7 +202,7 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
         children[best_parent].add(n)
         for c in cand:  # rewire, and pass the saving on to c's subtree (costs stay exact, so a
             # node can never be rewired below its own descendant)
-            nc = cost[n] + float(np.linalg.norm(_scaled(pts[c] - new, w)))
+            nc = cost[n] + float(np.linalg.norm(scaled(pts[c] - new)))
             if nc < cost[c] - 1e-9 and edge_free(new, pts[c]):
                 children[parent[c]].discard(c)
                 children[n].add(c)
@@ -192,7 +212,7 @@ def plan_path(problem: Problem, cfg: SFRRTConfig | None = None, rng: np.random.G
                     m = stack.pop()
                     cost[m] -= delta
                     stack.extend(children[m])
-        dg = float(np.linalg.norm(_scaled(goal - new, w)))
+        dg = float(np.linalg.norm(scaled(goal - new)))
         if dg <= cfg.step and cost[n] + dg < best and edge_free(new, goal):
             goal_node, best = n, cost[n] + dg
             found_at = it if found_at < 0 else found_at
@@ -256,7 +276,8 @@ def _pass_velocities(wp: np.ndarray, vmax: np.ndarray, w: float) -> np.ndarray:
 def time_parameterize(waypoints: np.ndarray, jerk, problem: Problem | None = None,
                       cfg: SFRRTConfig | None = None) -> TimedTrajectory:
     """Chain Ruckig state-to-state trajectories through the waypoints with max jerk ``jerk``
-    (3,) (and a <= min(max_acceleration, jerk * accel_time)); sample every ``cfg.dt``."""
+    (3,) (and a <= min(max_acceleration, jerk * accel_time)); sample every ``cfg.dt``. The
+    waypoints are passed on the move unless the timed path then leaves ``problem.path_free``."""
     cfg = cfg or SFRRTConfig()
     wp = np.asarray(waypoints, dtype=np.float64)
     jerk = np.asarray(jerk, dtype=np.float64)
@@ -267,9 +288,7 @@ def time_parameterize(waypoints: np.ndarray, jerk, problem: Problem | None = Non
         segs = [_ruckig_segment(wp[k], vel[k], wp[k + 1], vel[k + 1], vmax, amax, jerk)
                 for k in range(len(wp) - 1)]
         traj = _sample(segs, cfg.dt, wp, tuple(jerk))
-        if problem is None or not passing or len(wp) <= 2:
-            break
-        if not collides(problem.hull, traj.pos, problem.obstacles, problem.room).any():
+        if problem is None or not passing or len(wp) <= 2 or problem.path_free(traj.pos):
             break
     return traj
 
@@ -341,12 +360,12 @@ class Plan:
 
 
 def sfrrt(problem: Problem, classifier: Callable | None = None, cfg: SFRRTConfig | None = None,
-          rng: np.random.Generator | None = None, fixed_jerk=None) -> Plan:
-    """The whole planner: path (RRT* + shortcut), then SFTP; with ``fixed_jerk`` (3,) the
-    baseline instead: the same path timed once with that jerk."""
+          rng: np.random.Generator | None = None, fixed_jerk=None, planner: Callable = plan_path) -> Plan:
+    """The whole planner: path (``planner``: RRT* + shortcut), then SFTP; with ``fixed_jerk``
+    (3,) the baseline instead: the same path timed once with that jerk."""
     cfg = cfg or SFRRTConfig()
     t0 = time.perf_counter()
-    path = plan_path(problem, cfg, rng)
+    path = planner(problem, cfg, rng)
     t1 = time.perf_counter()
     if fixed_jerk is None:
         traj, ok = spill_free_time_parameterize(path, problem, classifier, cfg)

@@ -1,0 +1,142 @@
+"""The SFRRT* expert (seed 002) for ``taigym/Transport3D-v0``: plans on reset, then tracks.
+
+``taigym.agents.make("sfrrt", env)`` on Transport3D-v0 builds this agent. On ``reset`` it plans
+the container's path with :func:`taigym.planners.sfrrt3d.plan_path3d` (RRT* over the
+container's position; a position is free when the arm, holding the container upright there by
+inverse kinematics, and the container touch no box and not the table), times it with Ruckig and
+lowers the jerk until :class:`~taigym.planners.sfrrt3d.QuasiStaticClassifier3D` accepts (SFTP).
+``act`` turns the planned velocity, plus a correction of the position error, into joint
+velocities by resolved-rate control (:func:`taigym.agents.carry.upright_action`). With
+``fixed_jerk=(j, j, j)`` it is the baseline: the same path, one fixed jerk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..planners.sfrrt import Plan, sfrrt
+from ..planners.sfrrt3d import Problem3D, QuasiStaticClassifier3D, config_3d, plan_path3d
+from .base import Agent
+from .carry import upright_action
+
+TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
+SAMPLE_MARGIN = 0.15      # m: the sampler's box is start's and goal's, this much larger
+CLEARANCE = 0.01          # m: the planner's container is this much larger
+
+
+class ArmCheck:
+    """Collision check of a container position for the planner: the arm's configuration there
+    comes from inverse kinematics seeded with the configuration of the nearest position already
+    checked (so configurations along a path are continuous, as the controller's are), then the
+    arm and the container must keep ``margin`` (m) from the boxes and the table."""
+
+    def __init__(self, arm, q0: np.ndarray, margin: float):
+        self.arm, self.margin = arm, margin
+        p0, _ = arm.container_pose(q0)
+        self.positions, self.configurations = [p0], [np.asarray(q0, dtype=np.float64)]
+
+    def __call__(self, p: np.ndarray) -> bool:
+        p = np.asarray(p, dtype=np.float64)
+        near = int(np.argmin(np.linalg.norm(np.asarray(self.positions) - p, axis=1)))
+        q = self.arm.upright_configuration_at(p, self.configurations[near])
+        if q is None:
+            return True
+        self.positions.append(p)
+        self.configurations.append(q)
+        return self.arm.collides(q, self.margin)
+
+
+class SFRRT3DAgent(Agent):
+    name = "sfrrt"
+
+    def __init__(self, env, fixed_jerk=None, upright_gain: float = 3.0, damping: float = 0.02,
+                 retries: int = 3, **cfg):
+        super().__init__(env, fixed_jerk=fixed_jerk, **cfg)
+        self.retries = int(retries)
+        from taigym.envs.transport3d import CONTROL_DT, MAX_JOINT_SPEED, PandaCarrier
+
+        self.arm = PandaCarrier()                  # the planner's model of the robot
+        self.dt, self.qd_max = CONTROL_DT, MAX_JOINT_SPEED
+        self.upright_gain, self.damping = float(upright_gain), float(damping)
+        self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
+        self.planner_cfg = config_3d(**cfg)
+        self.classifier = QuasiStaticClassifier3D()
+        self.plan: Plan | None = None
+
+    def _problem(self, task, q0: np.ndarray) -> Problem3D:
+        self.arm.set_scene(task)
+        check = ArmCheck(self.arm, q0, CLEARANCE)
+        start = check.positions[0]
+        ends = np.stack([start, task.goal])
+        top = max([cz + hz for _, _, cz, _, _, hz in task.obstacles], default=0.0)
+        lo = ends.min(0) - SAMPLE_MARGIN
+        hi = np.maximum(ends.max(0) + SAMPLE_MARGIN, [0.0, 0.0, top + SAMPLE_MARGIN])
+        # the planning clearance, unless the start or the goal sits closer than that to a box
+        for margin in (CLEARANCE, CLEARANCE / 2, 0.0):
+            check.margin = margin
+            if not (check(start) or check(np.asarray(task.goal))):
+                break
+        return Problem3D(start=tuple(start), goal=task.goal,
+                         props=(task.bottom_radius, task.top_radius, task.height, task.fill_height),
+                         bounds=(tuple(np.maximum(lo, [-1.0, -1.0, 0.05])), tuple(hi)), collides_at=check)
+
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        task = self.env.unwrapped.task
+        self.replan(task, np.asarray(task.start))
+
+    def replan(self, task, q0) -> Plan:
+        """Plan from the arm at joint angles ``q0``, at rest, to the task's goal. The timed path
+        is then followed from ``q0`` as the controller will (inverse kinematics seeded step by
+        step) and checked without clearance; if it collides, or no path was found, the planner
+        tries again (``retries`` times), then falls back to lifting the container straight up
+        over the highest box, across and down (``self.fallback`` is then True)."""
+        problem = self._problem(task, q0)
+        self.fallback = False
+        for _ in range(self.retries):
+            try:
+                self.plan = sfrrt(problem, self.classifier, self.planner_cfg, self.rng,
+                                  fixed_jerk=self.fixed_jerk, planner=plan_path3d)
+            except RuntimeError:
+                continue
+            if self._executable(task, q0):
+                break
+        else:
+            self.fallback = True
+            start, goal = np.asarray(problem.start), np.asarray(task.goal)
+            z = max([cz + hz for _, _, cz, _, _, hz in task.obstacles] + [start[2], goal[2]]) + 0.06
+            path = np.array([start, [*start[:2], z], [*goal[:2], z], goal])
+            self.plan = sfrrt(problem, self.classifier, self.planner_cfg, self.rng,
+                              fixed_jerk=self.fixed_jerk, planner=lambda *_: path)
+        self.k = 0
+        return self.plan
+
+    def _executable(self, task, q0) -> bool:
+        """Roll the controller out on the arm's kinematics, as the env steps it (joint angles by
+        the trapezoid rule, collisions at mid-step and step end): no collision on the way."""
+        q, qd = np.asarray(q0, dtype=np.float64), np.zeros(7)
+        for k in range(len(self.plan.trajectory.t) + 10):
+            p, R = self.arm.container_pose(q)
+            v_now = self.arm.container_velocity(q, qd)[:3]
+            qd1 = self._command(k, q, p, R, v_now) * self.qd_max
+            q1 = q + 0.5 * (qd + qd1) * self.dt
+            if self.arm.collides(0.5 * (q + q1)) or self.arm.collides(q1):
+                return False
+            q, qd = q1, qd1
+        return True
+
+    def _command(self, k: int, q, p, R, v_now) -> np.ndarray:
+        """The action at control step k: the planned velocity at the step's end, plus a
+        correction of the position error predicted there."""
+        tr = self.plan.trajectory
+        n = min(k + 1, len(tr.t) - 1)
+        v_ref = tr.vel[n] if k + 1 < len(tr.t) else np.zeros(3)
+        predicted = p + 0.5 * (v_now + v_ref) * self.dt
+        v = v_ref + TRACK_GAIN * (tr.pos[n] - predicted) / self.dt
+        return upright_action(self.arm, q, R, v, self.upright_gain, self.damping, self.qd_max)
+
+    def act(self, obs, info) -> np.ndarray:
+        a = self._command(self.k, np.asarray(obs[:7], np.float64), info["position"], info["rotation"],
+                          np.asarray(obs[20:23], np.float64))
+        self.k += 1
+        return a
