@@ -1,5 +1,6 @@
-"""SFRRT* (seed 002) against the conservative-jerk baseline (the same path, one fixed jerk) on
-Transport-v0 eval tasks, executed in the particle simulator.
+"""SFRRT* (seed 002) against the conservative-jerk baseline (the same path, one fixed jerk) and
+OMPL's InformedRRT* path timed as SFRRT*'s (if OMPL is installed) on Transport-v0 eval tasks,
+executed in the particle simulator.
 
 Prints one row per task and agent, a summary table (success, spill, trajectory duration,
 planning time) and ends with one JSON line.
@@ -31,6 +32,12 @@ def main() -> None:
     agents = {"sfrrt": taigym.agents.make("sfrrt", env, classifier=args.classifier),
               "baseline": taigym.agents.make("sfrrt", env, fixed_jerk=tuple(args.baseline_jerk),
                                              classifier="quasi_static")}  # (not used: fixed jerk)
+    try:
+        import ompl  # noqa: F401
+
+        agents["ompl"] = taigym.agents.make("sfrrt", env, classifier=args.classifier, path_planner="ompl")
+    except ImportError:
+        print("OMPL is not installed (pip install taigym[ompl]): no InformedRRT* row")
     rows = {name: [] for name in agents}
     t_start = time.perf_counter()
     for i, task in enumerate(tasks):

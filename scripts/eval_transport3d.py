@@ -1,4 +1,5 @@
-"""SFRRT* (seed 002, 3D), the same path at one conservative jerk, and the ``carry`` reference
+"""SFRRT* (seed 002, 3D), the same path at one conservative jerk, OMPL's InformedRRT* path timed
+as SFRRT*'s (if OMPL is installed), and the ``carry`` reference
 (resolved-rate control, no planner) on Transport3D-v0 eval tasks, run in the particle
 simulator; and the env's speed: env steps per second (the env's own time, agents excluded).
 
@@ -33,6 +34,12 @@ def main(argv=None) -> dict:
     runs = {"sfrrt": agents.make("sfrrt", env),
             "baseline": agents.make("sfrrt", env, fixed_jerk=(args.baseline_jerk,) * 3),
             "carry": agents.make("carry", env)}
+    try:
+        import ompl  # noqa: F401
+
+        runs["ompl"] = agents.make("sfrrt", env, path_planner="ompl")
+    except ImportError:
+        print("OMPL is not installed (pip install taigym[ompl]): no InformedRRT* row")
     rows = []
     for name, agent in runs.items():
         for i, task in enumerate(taigym.envs.tasks("transport3d", "eval")[:args.tasks]):

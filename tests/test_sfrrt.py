@@ -127,3 +127,18 @@ def test_3d_path_goes_round_a_box_and_its_timing_keeps_the_surface_below_the_max
     assert surface.max() <= pr.theta_max
     # the fastest timing (no SFTP) of the same path would not have been accepted
     assert not clf(time_parameterize(tr.waypoints, cfg.max_jerk, pr, cfg), pr.props)
+
+
+def test_ompl_informed_rrt_star_baseline_paths_are_collision_free(eval_tasks):
+    """The optional OMPL baseline solves the same planar problem within the tilt bound."""
+    pytest.importorskip("ompl")
+    from taigym.planners.ompl_paths import plan_path_ompl
+
+    cfg = SFRRTConfig()
+    task = next(t for t in eval_tasks if t.layout == "boxes" and t.obstacles)
+    pr = _problem(task, cfg)
+    plan = sfrrt(pr, cfg=cfg, rng=np.random.default_rng(0), planner=plan_path_ompl)
+    tr = plan.trajectory
+    np.testing.assert_allclose(tr.waypoints[[0, -1]], [task.start, task.goal], atol=1e-9)
+    assert not task.collides(tr.pos).any() and plan.accepted
+    assert np.abs(tr.waypoints[:, 2]).max() <= cfg.tilt_fraction * pr.theta_max + 1e-9

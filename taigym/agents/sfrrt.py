@@ -5,7 +5,9 @@
 shortcutting, SFTP: Ruckig timing whose jerk is lowered until the spill-free classifier accepts).
 ``act`` commands the planned velocity at the end of the next control step, plus a small
 correction of the position error. ``replan(obs)`` plans again from the current pose (at rest).
-With ``fixed_jerk=(jx, jz, jtilt)`` it is the baseline: the same path, one fixed jerk.
+With ``fixed_jerk=(jx, jz, jtilt)`` it is the baseline: the same path, one fixed jerk. With
+``path_planner="ompl"`` the path comes from OMPL's InformedRRT* (the optional extra ``ompl``)
+instead of SFRRT*'s RRT*, timed the same way.
 
 ``classifier``: ``"learned"`` (seed 002's transformer SFC, trained on simulator-labelled
 trajectories by ``scripts/train_sfc.py``; the shipped checkpoint ``taigym/models/data/sfc.pt``
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, sfrrt
+from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, plan_path, sfrrt
 from .base import Agent
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
@@ -25,6 +27,20 @@ TRACK_GAIN = 0.3          # fraction of the predicted position error corrected p
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
 ROOM = (1.2, 0.8)
 CONTROL_DT = 0.05
+
+
+def path_planners(name: str) -> tuple:
+    """(planar, 3D) path planners by name: "sfrrt" (RRT* with the informed sampler) or "ompl"
+    (OMPL's InformedRRT*)."""
+    if name == "sfrrt":
+        from ..planners.sfrrt3d import plan_path3d
+
+        return plan_path, plan_path3d
+    if name == "ompl":
+        from ..planners.ompl_paths import plan_path3d_ompl, plan_path_ompl
+
+        return plan_path_ompl, plan_path3d_ompl
+    raise ValueError(f"path_planner must be 'sfrrt' or 'ompl', got {name!r}")
 
 
 def make_agent(env, **cfg) -> Agent:
@@ -40,8 +56,10 @@ def make_agent(env, **cfg) -> Agent:
 class SFRRTAgent(Agent):
     name = "sfrrt"
 
-    def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None, **cfg):
-        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, **cfg)
+    def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None,
+                 path_planner: str = "sfrrt", **cfg):
+        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, path_planner=path_planner, **cfg)
+        self.path_planner = path_planners(path_planner)[0]
         if type(env.unwrapped).__name__ != "TransportEnv":
             raise ValueError(f"the sfrrt agent plans for taigym/Transport-v0, not "
                              f"{type(env.unwrapped).__name__}")
@@ -79,7 +97,7 @@ class SFRRTAgent(Agent):
     def replan(self, start) -> Plan:
         """Plan from ``start`` (x, z, tilt) at rest to the task's goal."""
         self.plan = sfrrt(self._problem(start), self.classifier, self.planner_cfg, self.rng,
-                          fixed_jerk=self.fixed_jerk)
+                          fixed_jerk=self.fixed_jerk, planner=self.path_planner)
         self.k = 0
         return self.plan
 

@@ -7,7 +7,8 @@ inverse kinematics, and the container touch no box and not the table), times it 
 lowers the jerk until :class:`~taigym.planners.sfrrt3d.QuasiStaticClassifier3D` accepts (SFTP).
 ``act`` turns the planned velocity, plus a correction of the position error, into joint
 velocities by resolved-rate control (:func:`taigym.agents.carry.upright_action`). With
-``fixed_jerk=(j, j, j)`` it is the baseline: the same path, one fixed jerk.
+``fixed_jerk=(j, j, j)`` it is the baseline: the same path, one fixed jerk; with
+``path_planner="ompl"`` the path comes from OMPL's InformedRRT*.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..planners.sfrrt import Plan, sfrrt
-from ..planners.sfrrt3d import Problem3D, QuasiStaticClassifier3D, config_3d, plan_path3d
+from ..planners.sfrrt3d import Problem3D, QuasiStaticClassifier3D, config_3d
 from .base import Agent
 from .carry import upright_action
 
@@ -50,9 +51,12 @@ class SFRRT3DAgent(Agent):
     name = "sfrrt"
 
     def __init__(self, env, fixed_jerk=None, upright_gain: float = 3.0, damping: float = 0.02,
-                 retries: int = 3, **cfg):
-        super().__init__(env, fixed_jerk=fixed_jerk, **cfg)
+                 retries: int = 3, path_planner: str = "sfrrt", **cfg):
+        super().__init__(env, fixed_jerk=fixed_jerk, path_planner=path_planner, **cfg)
+        from .sfrrt import path_planners
+
         self.retries = int(retries)
+        self.path_planner = path_planners(path_planner)[1]
         from taigym.envs.transport3d import CONTROL_DT, MAX_JOINT_SPEED, PandaCarrier
 
         self.arm = PandaCarrier()                  # the planner's model of the robot
@@ -96,7 +100,7 @@ class SFRRT3DAgent(Agent):
         for _ in range(self.retries):
             try:
                 self.plan = sfrrt(problem, self.classifier, self.planner_cfg, self.rng,
-                                  fixed_jerk=self.fixed_jerk, planner=plan_path3d)
+                                  fixed_jerk=self.fixed_jerk, planner=self.path_planner)
             except RuntimeError:
                 continue
             if self._executable(task, q0):
