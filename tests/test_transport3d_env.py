@@ -108,13 +108,16 @@ def test_bad_input_is_named(env, eval_tasks):
         Transport3DTask(start=(0.0,) * 7, goal=(0.5, 0.0, 0.3))
     with pytest.raises(ValueError, match="dx"):
         gym.make("taigym/Transport3D-v0", dx=0.05)
+    far = Transport3DTask(start=eval_tasks[0].start, goal=(1.4, 0.0, 0.3))     # out of reach
+    with pytest.raises(ValueError, match="reach"):
+        env.reset(seed=0, options={"task": far})
     env.reset(seed=0, options={"task": eval_tasks[0]})
     with pytest.raises(ValueError, match="action"):
         env.step(np.zeros(3))
 
 
 def test_sfrrt_carries_over_a_box_without_spilling(env, eval_tasks):
-    agent = agents.make("sfrrt", env)
+    agent = agents.make("sfrrt", env, time_budget=5.0)   # RRT*'s budget is wall time: a loaded CI
     task = next(t for t in eval_tasks if t.obstacles)
     obs, info = env.reset(seed=3, options={"task": task})
     agent.reset(seed=3)

@@ -95,9 +95,17 @@ class SFRRTAgent(Agent):
         self.replan(self.env.unwrapped.task.start)
 
     def replan(self, start) -> Plan:
-        """Plan from ``start`` (x, z, tilt) at rest to the task's goal."""
-        self.plan = sfrrt(self._problem(start), self.classifier, self.planner_cfg, self.rng,
-                          fixed_jerk=self.fixed_jerk, planner=self.path_planner)
+        """Plan from ``start`` (x, z, tilt) at rest to the task's goal (a second RRT* draw if
+        the first finds no path in its budget; RuntimeError if neither does)."""
+        problem = self._problem(start)
+        for attempt in range(2):    # RRT* is random: a narrow gap may take a second draw
+            try:
+                self.plan = sfrrt(problem, self.classifier, self.planner_cfg, self.rng,
+                                  fixed_jerk=self.fixed_jerk, planner=self.path_planner)
+                break
+            except RuntimeError:
+                if attempt:
+                    raise
         self.k = 0
         return self.plan
 

@@ -45,9 +45,9 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 
 ## Episode end
 
-* Termination: success (container origin within 2 cm of the goal, tilt under 0.05 rad, nearly
-  still (< 0.05 m/s, < 0.2 rad/s), at most 0.1 % spilled); a collision of the arm or the
-  container with a box or the table.
+* Termination: delivered (container origin within 2 cm of the goal, tilt under 0.05 rad, nearly
+  still (< 0.05 m/s, < 0.2 rad/s)), a success with at most 0.1 % spilled, else a failure; a
+  collision of the arm or the container with a box or the table.
 * Truncation: at ``horizon`` (default 10 s), or when the solver blows up (``info["sim_unstable"]``).
 
 ## Info
@@ -67,15 +67,12 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 Transport3DTask, as_task, sample_task, transport3d_tasks)
 
 CONTROL_DT = 0.05
 MAX_JOINT_SPEED = 1.0                             # rad/s
-GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
-STILL = (0.05, 0.2)                               # m/s, rad/s
-SPILL_LIMIT = 1e-3                                # success: at most 0.1 % spilled
-TILT_WEIGHT = 0.05                                # m per rad in the goal distance
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
 HAND_LINK = 11                                    # panda_grasptarget
 # the container's origin in the hand (grasp-target) frame, whose x axis is up and z axis (the
@@ -197,10 +194,19 @@ class PandaCarrier:
         return any(pb.getClosestPoints(self.robot, self.table, margin, linkIndexA=link, physicsClientId=c)
                    for link in range(2, 12))
 
+    def reaches(self, task: Transport3DTask) -> bool:
+        """The arm can hold the container upright at the goal (inverse kinematics from the start,
+        or from HOME turned towards the goal)."""
+        gx, gy, _ = task.goal
+        seeds = (np.asarray(task.start), HOME + np.array([math.atan2(gy, gx), 0, 0, 0, 0, 0, 0]))
+        return any(self.upright_configuration_at(np.asarray(task.goal), np.clip(q, JOINT_LOW, JOINT_HIGH),
+                                                 iterations=60) is not None for q in seeds)
+
     def feasible(self, task: Transport3DTask) -> bool:
-        """The start is collision-free and the container fits at the goal, upright."""
+        """The start is collision-free, the arm reaches the goal and the container fits there,
+        upright."""
         self.set_scene(task)
-        if self.collides(task.start):
+        if self.collides(task.start) or not self.reaches(task):
             return False
         pb, c = self.pb, self.client
         centre = np.asarray(task.goal) + [0.0, 0.0, 0.5 * self._cup_size[1] - CONTAINER_WALL]
@@ -268,8 +274,9 @@ class Transport3DEnv(gym.Env):
                 if self.arm.feasible(task):
                     break
         if not self.arm.feasible(task):
-            raise ValueError("the task's start configuration collides, or its container does not "
-                             "fit at the goal")
+            raise ValueError(f"task not feasible: its start configuration collides, the goal "
+                             f"{task.goal} is out of the arm's reach holding the container upright, "
+                             f"or the container does not fit there")
         self.task = task
         from taigym.models.max_tilt import max_tilt_3d
         from taigym.sim.carried import CarriedContainer3D
@@ -328,15 +335,7 @@ class Transport3DEnv(gym.Env):
             self.spilled = self.carried.spilled
             reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
         self._update_container()
-        self.steps += 1
-        reward += (d_prev - self._distance()) / self.d0 - self.time_penalty
-        delivered = self._at_goal() and self._still()
-        success = delivered and self.spilled <= SPILL_LIMIT and not self.collided
-        if success:
-            reward += 1.0
-        terminated = bool(self.collided or success)
-        truncated = bool(not terminated and (self.unstable or self.steps >= self.max_steps))
-        return self._obs(), float(reward), terminated, truncated, self._info(success)
+        return end_step(self, reward, d_prev)
 
     def _at_goal(self) -> bool:
         d = np.linalg.norm(np.asarray(self.task.goal) - self.position)

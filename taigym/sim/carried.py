@@ -25,7 +25,55 @@ from .geometry import Container, rotate
 from .world2d import World2D
 
 
-class CarriedContainer2D:
+def _positive_lengths(**lengths: float) -> None:
+    for name, v in lengths.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive number of metres, got {v!r}")
+
+
+class _Carried:
+    """What both carried containers share: the world, the loaded container and which particles
+    have spilled for good."""
+
+    def __init__(self, world, origin: tuple) -> None:
+        self.world, self.origin = world, origin
+        self.handle = None
+        self.container = None
+        self.n = 0
+        self._spilled = np.zeros(0, dtype=bool)
+
+    def _install(self, container, fill: float, seed: int | None) -> None:
+        """Put ``container`` at rest at the frame's origin, upright, filled to ``fill``."""
+        self.container = container
+        w = self.world
+        pose = (*self.origin, *(0.0,) * (w.POSE_SIZE - w.DIM))
+        if self.handle is None:
+            self.handle = w.add_body(container, pose=pose)
+            w.build()
+        else:
+            w.set_body(self.handle, container, pose=pose)
+        w.clear_liquid()
+        w.clear_frame_motion()
+        if seed is not None:
+            w.reseed(seed)
+        self.n = w.fill_body(self.handle, fill)
+        self._spilled = np.zeros(self.n, dtype=bool)
+
+    def local_positions(self) -> np.ndarray:
+        """(N, DIM) particle positions in the container frame (origin at the inner bottom), m."""
+        return self.world.positions() - self.origin
+
+    @property
+    def spilled(self) -> float:
+        """Fraction of the liquid that has left the container so far (never decreases)."""
+        return float(self._spilled.mean()) if self.n else 0.0
+
+    @property
+    def unstable(self) -> bool:
+        return self.world.unstable
+
+
+class CarriedContainer2D(_Carried):
     """Containers carried through the room (2D), one at a time, their liquid simulated in their
     own frame on a fixed small grid (so that changing containers costs no recompilation).
 
@@ -39,25 +87,18 @@ class CarriedContainer2D:
 
     def __init__(self, max_width: float, max_height: float, *, dx: float = 0.0035,
                  margin: float = 0.03, **world_kw):
-        for name, v in (("max_width", max_width), ("max_height", max_height), ("dx", dx),
-                        ("margin", margin)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive number of metres, got {v!r}")
+        _positive_lengths(max_width=max_width, max_height=max_height, dx=dx, margin=margin)
         self.dx, self.margin = float(dx), float(margin)
         self.max_width, self.max_height = float(max_width), float(max_height)
         t = 2 * self.dx + 0.01  # room for walls up to 1 cm + 2 cells thick
         width = max_width + 2 * (t + margin)
         height = max_height + t + margin + max(margin, 0.5 * max_height)
         cells = int(math.ceil(width / dx))
-        self.origin = (0.5 * cells * dx, t + margin)     # container frame origin in the domain
         # capacity: the largest interior full, at 2 x 2 particles per cell
         capacity = int(1.1 * max_width * max_height / (0.5 * dx) ** 2) + 64
-        self.world = World2D(size=(cells * dx, height), cells=cells, max_particles=capacity,
-                             **world_kw)
-        self.handle = None
-        self.container = None
-        self.n = 0
-        self._spilled = np.zeros(0, dtype=bool)
+        super().__init__(World2D(size=(cells * dx, height), cells=cells, max_particles=capacity,
+                                 **world_kw),
+                         (0.5 * cells * dx, t + margin))   # container frame origin in the domain
 
     def load(self, container: Container, fill: float, *, seed: int | None = None) -> None:
         """Put ``container`` (at rest, upright) filled to ``fill`` of its height in the frame;
@@ -73,27 +114,11 @@ class CarriedContainer2D:
             container = Container(shape=container.shape, width=container.width,
                                   height=container.height, wall_thickness=2 * self.dx,
                                   interior=container.interior, params=container.params)
-        self.container = container
-        w = self.world
-        if self.handle is None:
-            self.handle = w.add_body(container, pose=(*self.origin, 0.0))
-            w.build()
-        else:
-            w.set_body(self.handle, container, pose=(*self.origin, 0.0))
-        w.clear_liquid()
-        w.clear_frame_motion()
-        if seed is not None:
-            w.reseed(seed)
-        self.n = w.fill_body(self.handle, fill)
-        self._spilled = np.zeros(self.n, dtype=bool)
+        self._install(container, fill, seed)
         left, right = container.lips
         t = container.wall_thickness
         self._column = (min(left[0], right[0]) - t, max(left[0], right[0]) + t,
                         min(left[1], right[1]))
-
-    def local_positions(self) -> np.ndarray:
-        """(N, 2) particle positions in the container frame (origin at the inner bottom), m."""
-        return self.world.positions() - self.origin
 
     def _outside(self, p: np.ndarray) -> np.ndarray:
         x0, x1, lip = self._column
@@ -115,21 +140,12 @@ class CarriedContainer2D:
         self.world.advance(dt)
         self._spilled |= self._outside(self.local_positions())
 
-    @property
-    def spilled(self) -> float:
-        """Fraction of the liquid that has left the container so far (never decreases)."""
-        return float(self._spilled.mean()) if self.n else 0.0
-
-    @property
-    def unstable(self) -> bool:
-        return self.world.unstable
-
     def world_positions(self, pose: Sequence[float]) -> np.ndarray:
         """(N, 2) particle positions in the room for a container at ``pose``."""
         return rotate(self.local_positions(), float(pose[2])) + np.asarray(pose[:2], dtype=np.float64)
 
 
-class CarriedContainer3D:
+class CarriedContainer3D(_Carried):
     """A container carried through a room (3D), its liquid simulated in its own frame on a
     fixed small grid (``World3D``), as :class:`CarriedContainer2D`.
 
@@ -149,10 +165,7 @@ class CarriedContainer3D:
                  margin: float = 0.02, **world_kw):
         from .world3d import World3D
 
-        for name, v in (("max_radius", max_radius), ("max_height", max_height), ("dx", dx),
-                        ("margin", margin)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a positive number of metres, got {v!r}")
+        _positive_lengths(max_radius=max_radius, max_height=max_height, dx=dx, margin=margin)
         self.dx, self.margin = float(dx), float(margin)
         self.max_radius, self.max_height = float(max_radius), float(max_height)
         self.wall = 2 * self.dx                          # walls two cells thick hold the liquid
@@ -160,15 +173,11 @@ class CarriedContainer3D:
         cells = int(math.ceil(2 * half / dx))
         height = max_height + self.wall + margin + max(margin, 0.5 * max_height)
         side = cells * dx
-        self.origin = np.array([0.5 * side, self.wall + margin, 0.5 * side])
         # capacity: the largest interior full, at 2 x 2 x 2 particles per cell
         capacity = int(1.1 * math.pi * max_radius ** 2 * max_height / (0.5 * dx) ** 3) + 64
-        self.world = World3D(size=(side, height, side), cells=cells, max_particles=capacity,
-                             **world_kw)
-        self.handle = None
-        self.container = None
-        self.n = 0
-        self._spilled = np.zeros(0, dtype=bool)
+        super().__init__(World3D(size=(side, height, side), cells=cells, max_particles=capacity,
+                                 **world_kw),
+                         np.array([0.5 * side, self.wall + margin, 0.5 * side]))
 
     def load(self, container, fill: float, *, seed: int | None = None) -> None:
         """Put ``container`` (a ``sim.container3d``, upright, at rest) filled to ``fill`` of its
@@ -187,26 +196,9 @@ class CarriedContainer3D:
             container = Container3(Container(shape=s.shape, width=s.width, height=s.height,
                                              wall_thickness=self.wall, interior=s.interior,
                                              params=s.params))
-        self.container = container
-        w = self.world
-        pose = (*self.origin, 0.0, 0.0, 0.0)
-        if self.handle is None:
-            self.handle = w.add_body(container, pose=pose)
-            w.build()
-        else:
-            w.set_body(self.handle, container, pose=pose)
-        w.clear_liquid()
-        w.clear_frame_motion()
-        if seed is not None:
-            w.reseed(seed)
-        self.n = w.fill_body(self.handle, fill)
-        self._spilled = np.zeros(self.n, dtype=bool)
+        self._install(container, fill, seed)
         lip_r = float(np.abs(container.walls[:, 0]).max()) + container.radius
         self._column = (lip_r, container.height)       # the column above the opening
-
-    def local_positions(self) -> np.ndarray:
-        """(N, 3) particle positions in the container frame (origin at the inner bottom), m."""
-        return self.world.positions() - self.origin
 
     def step(self, rotation, velocity, next_velocity, dt: float) -> None:
         """Advance ``dt`` s while the container, at orientation ``rotation`` (rotation vector,
@@ -226,12 +218,3 @@ class CarriedContainer3D:
         lip_r, lip_y = self._column
         above = (p[:, 1] >= lip_y) & (np.hypot(p[:, 0], p[:, 2]) <= lip_r)
         self._spilled |= ~self.container.contains(p) & ~above
-
-    @property
-    def spilled(self) -> float:
-        """Fraction of the liquid that has left the container so far (never decreases)."""
-        return float(self._spilled.mean()) if self.n else 0.0
-
-    @property
-    def unstable(self) -> bool:
-        return self.world.unstable
