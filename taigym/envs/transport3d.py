@@ -190,9 +190,9 @@ class PandaCarrier:
         for body in self.boxes:
             if pb.getClosestPoints(self.robot, body, margin, physicsClientId=c):
                 return True
-        # the base and the first link stand on the table
-        return any(pb.getClosestPoints(self.robot, self.table, margin, linkIndexA=link, physicsClientId=c)
-                   for link in range(2, 12))
+        # the base and the first link stand on the table (field 3 of a contact: the robot's link)
+        return any(contact[3] >= 2 for contact in
+                   pb.getClosestPoints(self.robot, self.table, margin, physicsClientId=c))
 
     def reaches(self, task: Transport3DTask) -> bool:
         """The arm can hold the container upright at the goal (inverse kinematics from the start,

@@ -30,7 +30,7 @@ from .sfrrt import GRAVITY, SFRRTConfig, TimedTrajectory, rrt_star
 
 DEFAULTS_3D = dict(step=0.1, check_step=0.02, tilt_weight=1.0, goal_bias=0.15,
                    max_velocity=(0.3, 0.3, 0.3), max_acceleration=(3.0, 3.0, 3.0),
-                   max_jerk=(60.0, 60.0, 60.0), time_budget=0.8, refine_iters=60)
+                   max_jerk=(60.0, 60.0, 60.0), time_budget=0.5, refine_iters=40)
 
 
 def config_3d(**overrides) -> SFRRTConfig:
