@@ -7,7 +7,7 @@ from gymnasium.utils.env_checker import check_env
 import gymnasium as gym
 import taigym
 import taigym.agents as agents
-from taigym.envs.transport3d import PandaCarrier
+from taigym.envs.transport3d import OBS_SIZE, PandaCarrier
 from taigym.envs.transport3d_tasks import Transport3DTask
 
 
@@ -25,6 +25,7 @@ def eval_tasks():
 
 def test_check_env_and_fixed_disjoint_splits(env, eval_tasks):
     check_env(env.unwrapped, skip_render_check=True)
+    assert env.observation_space.shape == (OBS_SIZE,)
     train = taigym.envs.tasks("transport3d", "train")
     assert len(eval_tasks) == 100 and len(train) == 1000
     assert {t.start for t in eval_tasks}.isdisjoint({t.start for t in train})
