@@ -520,3 +520,39 @@ def test_pour_env_class_docstring_has_tables():
     doc = PourEnv.__doc__
     for head in ("## Action space", "## Observation space", "## Rewards", "## Episode end"):
         assert head in doc
+
+
+def test_every_pose_the_env_lets_s_reach_at_the_scene_edges_the_solver_accepts(env):
+    """S's moves are clipped by the env's own edge check; the solver checks the container
+    again when it receives the pose. A pose the first lets through must pass the second (a
+    learner's action once crashed the env: with S's opening facing an edge, the interior's
+    opening corners were given the wall's margin). Poses: the opening towards the left, top
+    or right edge, the wall solid 0-2 mm from it."""
+    rng = np.random.default_rng(0)
+    u = env.unwrapped
+    W, H = DOMAIN
+    checked = 0
+    for task in tasks("pour", "eval")[:8]:
+        env.reset(seed=0, options={"task": task})
+        b, m, w = u._batch, u._batch.members[0], u._batch.world
+        r = m.source.radius
+        for _ in range(60):
+            edge = rng.integers(3)                       # left, top, right
+            th = (0.5 * np.pi, 0.0, -0.5 * np.pi)[edge] + rng.uniform(-0.4, 0.4)
+            pts = to_world(m.solid_pts, np.array([0.0, 0.0, th]))
+            gap = r + rng.uniform(0.0, 0.002)
+            x, y = rng.uniform(0.2, W - 0.2), rng.uniform(0.15, 0.3)
+            if edge == 0:
+                x = gap - pts[:, 0].min()
+            elif edge == 1:
+                y = H - gap - pts[:, 1].max()
+            else:
+                x = W - gap - pts[:, 0].max()
+            pose = np.array([x, y, th])
+            pen_t, pen_e, _ = b._penetration(m, pose, m.t_pose)
+            if pen_e > 0.0 or pen_t > 0.0:
+                continue
+            w.set_pose(0, pose, member=0)                # raises if the solver disagrees
+            checked += 1
+        w.set_pose(0, m.s_pose, member=0)
+    assert checked > 300

@@ -112,14 +112,16 @@ class World2D(BatchWorld):
         reach = shape.bounding_radius
         if x - reach >= 0.0 and y - reach >= 0.0 and x + reach <= W and y + reach <= H:
             return
-        outline = np.concatenate([shape.walls, shape.interior])
         c, s = math.cos(th), math.sin(th)
-        world = outline @ np.array([[c, s], [-s, c]]) + (x, y)
-        margin = shape.radius
-        if (world.min(0) - margin < -1e-9).any() or world[:, 0].max() + margin > W + 1e-9 \
-                or world[:, 1].max() + margin > H + 1e-9:
-            raise ValueError(f"pose {(x, y, th)} puts the container outside the domain "
-                             f"[0, {W}] x [0, {H}] m")
+        rot = np.array([[c, s], [-s, c]])
+        # the wall solid (its centreline grown by the wall radius) and the interior (the liquid's
+        # room; its opening corners stand above the walls' centreline, but are not solid)
+        for points, margin in ((shape.walls, shape.radius), (shape.interior, 0.0)):
+            world = points @ rot + (x, y)
+            lo, hi = world.min(0) - margin, world.max(0) + margin
+            if lo[0] < -1e-9 or lo[1] < -1e-9 or hi[0] > W + 1e-9 or hi[1] > H + 1e-9:
+                raise ValueError(f"pose {(x, y, th)} puts the container outside the domain "
+                                 f"[0, {W}] x [0, {H}] m")
 
     def set_height_probe(self, handle: int | None, columns=(), y_range=(0.0, 0.0), *,
                          member: int | None = None) -> None:
