@@ -120,6 +120,9 @@ def main(argv=None) -> dict:
     p.add_argument("--episodes-per-round", type=int, default=10)
     p.add_argument("--beta0", type=float, default=0.5)
     p.add_argument("--beta-decay", type=float, default=0.5)
+    p.add_argument("--relabel", default="auto", choices=("none", "replan", "auto"),
+                   help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
+                        "state), replan = replan from every visited state")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     p.add_argument("--max-epochs", type=int, default=200)
     p.add_argument("--val-episodes", type=int, default=10,
@@ -144,7 +147,7 @@ def main(argv=None) -> dict:
           f"{args.episodes_per_round} rollouts", flush=True)
     dag = dagger.train(mk, dict(common, demo_episodes=args.demo_episodes, rounds=args.rounds,
                                 episodes_per_round=args.episodes_per_round, beta0=args.beta0,
-                                beta_decay=args.beta_decay, eval_episodes=args.val_episodes,
+                                beta_decay=args.beta_decay, relabel=args.relabel, eval_episodes=args.val_episodes,
                                 max_epochs=min(args.max_epochs, 100)),
                        out / "dagger", PrintLogger("dagger round", ["beta", "dataset_size", "labels_queried",
                                                                      "expert_plans", "success", "in_target",
