@@ -6,6 +6,9 @@ step's action is the displacement to the plan's next pose, scaled by the env's a
 clipped to [-1, 1]. ``replan(info)`` plans again from the state in ``info`` (S's pose and
 velocity, the time, the fraction still in S) for the remaining horizon: DAgger queries the
 expert at the states the learner visits this way; ``replan_every=k`` does it every k steps.
+A replan is MPC-consistent: warm-started from the rest of the current plan, continuing S's
+velocity, with the liquid's outflow speed, and holding S still past the plan's end, so that from
+a state on the plan it keeps about the plan's action (DAgger's labels agree with the demos).
 
 Options: ``replan_every`` (0 = never), ``min_nodes`` (shortest replanning horizon, nodes),
 ``drain_time`` (s, default 1: the plan ends this long before the episode, and S then holds its

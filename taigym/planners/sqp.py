@@ -8,7 +8,7 @@ Eq. 7 and §IV-C) is a sum of squares
 | term | residual | scale |
 |------|----------|-------|
 | pour | sqrt(f_i) (landing point of the outflow parabola at T's rim height - T's opening centre at that time) | T's half opening |
-| smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1} | ``smooth_scale`` per axis |
+| smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1}, from i = 0 with z_{-1} = z_0 - dt * S's start velocity | ``smooth_scale`` per axis |
 | guide | theta_N - final lean (towards T) | ``guide_scale`` |
 
 f_i is the fraction of the liquid that leaves S in step i (the paper weights by the outflow
