@@ -432,7 +432,7 @@ def plan_pour(prob: PourProblem, cfg: SQPConfig | None = None, init: np.ndarray 
     # Jacobian of the linear residuals (constant)
     rows, cols, vals = [], [], []
     r = 0
-    for i in range(0, N):                 # Laplacian at node i uses z_{i-1}, z_i, z_{i+1}
+    for i in range(N):                    # Laplacian at node i uses z_{i-1}, z_i, z_{i+1}
         for ax in range(3):
             for j, w in ((i - 1, 1.0), (i, -2.0), (i + 1, 1.0)):
                 if j >= 1:
