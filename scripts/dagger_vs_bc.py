@@ -124,6 +124,9 @@ def main(argv=None) -> dict:
                    help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
                         "state), replan = replan from every visited state")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--see-all-obs", action="store_true",
+                   help="let the policies see S's velocity and the older heightfield/lip frames (by default "
+                        "they do not: a cloned policy copies its last action from them)")
     p.add_argument("--max-epochs", type=int, default=200)
     p.add_argument("--val-episodes", type=int, default=10,
                    help="validation rollouts per DAgger round (last train-split tasks; 0: none)")
@@ -140,7 +143,10 @@ def main(argv=None) -> dict:
     mk = functools.partial(make_env, "simplified", args.obs_mode)
     env = mk()
     expert = make(args.expert, env)
-    common = dict(hidden=args.hidden, max_epochs=args.max_epochs, seed=args.seed, workers=args.workers,
+    dim = env.observation_space.shape[0]
+    newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
+    ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
+    common = dict(hidden=args.hidden, ignore_obs=ignore, max_epochs=args.max_epochs, seed=args.seed, workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()
     print(f"DAgger with the {args.expert} expert: {args.demo_episodes} demos + {args.rounds} x "
