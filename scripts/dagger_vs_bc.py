@@ -13,6 +13,11 @@ BC and DAgger on the first ``--eval-tasks`` tasks of the eval split. Prints a Ma
 (success with Wilson 95 % CI, in_target and spilled with 95 % CI of the mean, per-decision
 latency and its ratio to the expert's) and ends with one JSON line.
 
+Both policies ignore S's velocity and the older heightfield frames (``--see-all-obs`` shows them):
+from those a cloned policy copies its own last action, fits the demonstrations (validation MSE
+0.0006) and drifts in closed loop. An sqp replan is warm-started and continues S's motion, so its
+DAgger labels agree with the plan it replaces.
+
 Both trainings live in ``--out`` (``dagger/``, ``bc/``) and checkpoint there: rerunning the same
 command after an interruption resumes them; the evaluations are rerun.
 """
@@ -115,14 +120,20 @@ def table(results: dict, expert: str) -> str:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--expert", default="sqp", choices=("sqp", "scripted"))
-    p.add_argument("--demo-episodes", type=int, default=20, help="DAgger round 0: expert episodes")
-    p.add_argument("--rounds", type=int, default=5, help="DAgger rounds after round 0")
-    p.add_argument("--episodes-per-round", type=int, default=10)
+    p.add_argument("--demo-episodes", type=int, default=270, help="DAgger round 0: expert episodes")
+    p.add_argument("--rounds", type=int, default=2, help="DAgger rounds after round 0")
+    p.add_argument("--episodes-per-round", type=int, default=8)
     p.add_argument("--beta0", type=float, default=0.5)
     p.add_argument("--beta-decay", type=float, default=0.5)
+    p.add_argument("--relabel", default="auto", choices=("none", "replan", "auto"),
+                   help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
+                        "state), replan = replan from every visited state")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--see-all-obs", action="store_true",
+                   help="let the policies see S's velocity and the older heightfield/lip frames (by default "
+                        "they do not: a cloned policy copies its last action from them)")
     p.add_argument("--max-epochs", type=int, default=200)
-    p.add_argument("--val-episodes", type=int, default=10,
+    p.add_argument("--val-episodes", type=int, default=5,
                    help="validation rollouts per DAgger round (last train-split tasks; 0: none)")
     p.add_argument("--eval-tasks", type=int, default=100, help="first N tasks of the eval split")
     p.add_argument("--obs-mode", default="features", choices=("features", "lip"))
@@ -137,14 +148,18 @@ def main(argv=None) -> dict:
     mk = functools.partial(make_env, "simplified", args.obs_mode)
     env = mk()
     expert = make(args.expert, env)
-    common = dict(hidden=args.hidden, max_epochs=args.max_epochs, seed=args.seed, workers=args.workers,
+    dim = env.observation_space.shape[0]
+    newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
+    ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
+    common = dict(hidden=args.hidden, ignore_obs=ignore, max_epochs=args.max_epochs, seed=args.seed,
+                  workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()
     print(f"DAgger with the {args.expert} expert: {args.demo_episodes} demos + {args.rounds} x "
           f"{args.episodes_per_round} rollouts", flush=True)
     dag = dagger.train(mk, dict(common, demo_episodes=args.demo_episodes, rounds=args.rounds,
                                 episodes_per_round=args.episodes_per_round, beta0=args.beta0,
-                                beta_decay=args.beta_decay, eval_episodes=args.val_episodes,
+                                beta_decay=args.beta_decay, relabel=args.relabel, eval_episodes=args.val_episodes,
                                 max_epochs=min(args.max_epochs, 100)),
                        out / "dagger", PrintLogger("dagger round", ["beta", "dataset_size", "labels_queried",
                                                                      "expert_plans", "success", "in_target",

@@ -269,3 +269,27 @@ def test_collect_on_a_local_ray_cluster(tmp_path):
     remote = collect(make_fn, expert, jobs, out_dir=tmp_path, workers=2, progress=False, backend="ray")
     for a, b in zip(serial, remote):
         np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_ignored_observation_entries_do_not_move_the_policy(tmp_path):
+    """ignore_obs (e.g. S's velocity, against the copycat shortcut): the action does not depend
+    on those entries, in training (torch) and when acting (NumPy), also after save/load."""
+    from taigym.agents.policy import MLPPolicy
+
+    env = make_env()
+    torch.manual_seed(0)
+    policy = MLPPolicy(env.observation_space.shape[0], 3, [16], ignore_obs=[3, 4, 5])
+    policy.set_normalisation(np.stack([env.observation_space.sample() for _ in range(64)]))
+    path = tmp_path / "p.pt"
+    PolicyAgent(env, policy=policy).save(path)
+    agent = PolicyAgent.load(path, env)
+    obs = env.observation_space.sample()
+    moved = obs.copy()
+    moved[3:6] = env.observation_space.high[3:6]
+    other = obs.copy()
+    other[0] = env.observation_space.high[0]
+    assert np.allclose(agent.act(obs, {}), agent.act(moved, {}), atol=1e-6)
+    assert np.allclose(agent.act_batch(obs[None]), agent.act_batch(moved[None]), atol=1e-6)
+    assert not np.allclose(policy(torch.as_tensor(obs[None])).detach(), policy(torch.as_tensor(other[None])).detach())
+    with pytest.raises(ValueError, match="ignore_obs"):
+        MLPPolicy(env.observation_space.shape[0], 3, [16], ignore_obs=[10_000])

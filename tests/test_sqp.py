@@ -117,3 +117,22 @@ def test_planner_rollout_is_the_simplified_model():
         out = liquid.step(poses[i], vel, poses[i - 1, 2], CFG.dt)
         assert frac[0, i - 1] * prob.initial_volume == pytest.approx(out.volume, rel=1e-6, abs=1e-12)
     assert frac.sum() > 0.5
+
+
+def test_replan_on_its_own_path_keeps_the_plan():
+    """DAgger's labels: a replan from a state on the expert's own trajectory (warm-started, as
+    MPC) gives about the action the plan it replaces would have taken (S keeps its motion)."""
+    env = gym.make("taigym/Pour-v0", fidelity="simplified")
+    expert, relabeller = taigym.agents.make("sqp", env), taigym.agents.make("sqp", env)
+    obs, info = env.reset(seed=0, options={"task": tasks("pour", split="train")[0]})
+    expert.reset(seed=0)
+    relabeller.reset(seed=0)
+    diffs = []
+    for step in range(40):                                # two seconds: S moves to T and pours
+        a = expert.act(obs, info)
+        if relabeller.plan is None:
+            relabeller.plan, relabeller._task = expert.plan, env.unwrapped.task
+        relabeller.replan(info)
+        diffs.append(np.abs(relabeller.act(obs, info) - a))
+        obs, _, _, _, info = env.step(a)
+    assert np.mean(diffs, axis=0).max() < 0.1, np.mean(diffs, axis=0)  # of the [-1, 1] action

@@ -182,7 +182,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     stats["labels"] = int(len(labels))
 
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"])
     fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"])
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0

@@ -106,7 +106,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     if state is not None and state.get("agent") != "dagger":
         raise ValueError(f"{ckpt} belongs to another run (agent {state.get('agent')!r}); use a new run_dir")
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"])
     history: list[dict] = []
     best = {"round": -1, "score": (-1.0, -1.0), "state": None}
     counters = {"labels_queried": demo_stats["labels_queried"], "expert_plans": 0,

@@ -1,8 +1,11 @@
 """A small deterministic MLP policy (torch, CPU) with observation normalisation, shared by
 ``bc`` and ``dagger``.
 
-* :class:`MLPPolicy`: ``obs -> (obs - mean) / std -> [Linear, ReLU] x len(hidden) -> Linear``;
-  the normalisation statistics are buffers (saved with the weights). Actions are regressed
+* :class:`MLPPolicy`: ``obs -> mask * (obs - mean) / std -> [Linear, ReLU] x len(hidden) ->
+  Linear``; the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are
+  buffers (saved with the weights). Ignoring S's velocity and the older heightfield frames
+  keeps a cloned policy from copying its own last action from them (the "copycat" shortcut:
+  a low validation loss and a policy that drifts in closed loop). Actions are regressed
   unsquashed and clipped to the action box when acting.
 * :class:`PolicyAgent`: the agent around a policy (``reset``, ``act``, ``save``, ``load``).
   ``act`` runs the forward pass in NumPy on a float64 copy of the weights (no torch dispatch:
@@ -35,6 +38,7 @@ from .base import Agent
 #: hyperparameters of the network and of :func:`fit` (shared by ``bc`` and ``dagger``)
 TRAIN_DEFAULTS: dict[str, Any] = dict(
     hidden=[256, 256],      # widths of the hidden layers
+    ignore_obs=[],          # observation entries the policy does not see (indices)
     lr=1e-3,                # Adam learning rate
     weight_decay=0.0,       # Adam weight decay
     batch_size=256,         # minibatch size (transitions)
@@ -96,8 +100,11 @@ def torch_load(path: str | Path):
 class MLPPolicy(nn.Module):
     """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256)):
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=()):
         super().__init__()
+        ignore = [int(i) for i in ignore_obs]
+        if any(not 0 <= i < int(obs_dim) for i in ignore):
+            raise ValueError(f"ignore_obs must hold indices in [0, {int(obs_dim) - 1}], got {list(ignore_obs)}")
         self.obs_dim, self.act_dim, self.hidden = int(obs_dim), int(act_dim), [int(h) for h in hidden]
         layers: list[nn.Module] = []
         last = self.obs_dim
@@ -108,6 +115,9 @@ class MLPPolicy(nn.Module):
         self.net = nn.Sequential(*layers)
         self.register_buffer("obs_mean", torch.zeros(self.obs_dim))
         self.register_buffer("obs_std", torch.ones(self.obs_dim))
+        mask = torch.ones(self.obs_dim)
+        mask[ignore] = 0.0
+        self.register_buffer("obs_mask", mask)
 
     def set_normalisation(self, obs: np.ndarray) -> None:
         obs = np.asarray(obs, np.float64)
@@ -116,12 +126,13 @@ class MLPPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED)
-        return self.net(x)
+        return self.net(x * self.obs_mask)
 
     def numpy_params(self) -> dict:
         """A picklable float64 copy of everything the forward pass needs (for NumPy inference)."""
         lin = [m for m in self.net if isinstance(m, nn.Linear)]
         return {"mean": self.obs_mean.double().numpy().copy(), "std": self.obs_std.double().numpy().copy(),
+                "mask": self.obs_mask.double().numpy().copy(),
                 "W": [m.weight.detach().double().numpy().T.copy() for m in lin],
                 "b": [m.bias.detach().double().numpy().copy() for m in lin]}
 
@@ -136,7 +147,7 @@ class NumpyPolicy:
     def __call__(self, obs) -> np.ndarray:
         p = self.p
         x = np.clip((np.asarray(obs, np.float64).ravel() - p["mean"]) / p["std"], -CLIP_NORMALISED,
-                    CLIP_NORMALISED)
+                    CLIP_NORMALISED) * p["mask"]
         n = len(p["W"])
         for i, (W, b) in enumerate(zip(p["W"], p["b"])):
             x = x @ W + b
@@ -214,8 +225,10 @@ def _read_policy(path: str | Path) -> tuple[MLPPolicy, dict]:
     d = torch_load(path)
     if not isinstance(d, dict) or d.get("format") != "taigym-mlp-policy/1":
         raise ValueError(f"{path} is not a saved taigym MLP policy")
+    state = dict(d["state_dict"])
+    state.setdefault("obs_mask", torch.ones(d["obs_dim"]))          # saved before ignore_obs existed
     policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"])
-    policy.load_state_dict(d["state_dict"])
+    policy.load_state_dict(state)
     policy.eval()
     return policy, dict(d.get("meta", {}))
 

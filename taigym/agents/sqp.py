@@ -6,6 +6,9 @@ step's action is the displacement to the plan's next pose, scaled by the env's a
 clipped to [-1, 1]. ``replan(info)`` plans again from the state in ``info`` (S's pose and
 velocity, the time, the fraction still in S) for the remaining horizon: DAgger queries the
 expert at the states the learner visits this way; ``replan_every=k`` does it every k steps.
+A replan is MPC-consistent: warm-started from the rest of the current plan, continuing S's
+velocity, with the liquid's outflow speed, and holding S still past the plan's end, so that from
+a state on the plan it keeps about the plan's action (DAgger's labels agree with the demos).
 
 Options: ``replan_every`` (0 = never), ``min_nodes`` (shortest replanning horizon, nodes),
 ``drain_time`` (s, default 1: the plan ends this long before the episode, and S then holds its
@@ -63,17 +66,33 @@ class SQPAgent(Agent):
             raise RuntimeError("reset the env before planning")
         dt, horizon, wall, scale = self._env_constants()
         t = float(info.get("time", 0.0))
+        pose = np.asarray(info.get("source_pose", task.source_pose), np.float64)
+        if horizon - t - self.cfg["drain_time"] < 0.5 * dt and self.plan is not None:
+            # past the plan's end the expert holds S still while the last liquid drains: a replan
+            # there does the same (a new plan's guide term would tilt S further)
+            self.plan = PourPlan(np.array([pose, pose]), np.array([t, t + dt]), {}, 0, 0.0, "hold", 0.0)
+            self._task, self._step = task, 0
+            return self.plan
         # the plan ends ``drain_time`` before the episode does; S then holds its last pose
         nodes = max(int(round((horizon - t - self.cfg["drain_time"]) / dt)), int(self.cfg["min_nodes"]))
         cfg = SQPConfig(**{"nodes": nodes, "dt": dt, "max_step": tuple(scale), **self.planner_cfg})
         prob = PourProblem.from_task(
             task, wall_thickness=wall, pose=info.get("source_pose"),
             velocity=info.get("source_velocity"), time=t,
-            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0))
+            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), speed=self._outflow_speed())
         plan = plan_pour(prob, cfg, init=self._warm_start(task, t, nodes, prob.start_pose))
         self.planning_seconds += plan.wall_time
         self.plan, self._task, self._step = plan, task, 0
         return plan
+
+    def _outflow_speed(self) -> float:
+        """S's outflow speed u (m/s) now: besides the volume, the state of the planner's liquid
+        model. Read from the env's simplified liquid when it has one; else 0 (liquid at rest).
+        Without it a replan in mid-pour assumes the outflow restarts from rest and tilts S
+        further than the plan it replaces (inconsistent DAgger labels)."""
+        members = getattr(getattr(self.env.unwrapped, "_batch", None), "members", None)
+        liq = getattr(members[0], "liq", None) if members else None
+        return float(liq.liquid.speed) if liq is not None else 0.0
 
     def _warm_start(self, task, t: float, nodes: int, pose) -> np.ndarray | None:
         """The rest of the current plan from time t (held at its end), starting at ``pose``: a

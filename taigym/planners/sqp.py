@@ -8,7 +8,7 @@ Eq. 7 and §IV-C) is a sum of squares
 | term | residual | scale |
 |------|----------|-------|
 | pour | sqrt(f_i) (landing point of the outflow parabola at T's rim height - T's opening centre at that time) | T's half opening |
-| smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1} | ``smooth_scale`` per axis |
+| smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1}, from i = 0 with z_{-1} = z_0 - dt * S's start velocity | ``smooth_scale`` per axis |
 | guide | theta_N - final lean (towards T) | ``guide_scale`` |
 
 f_i is the fraction of the liquid that leaves S in step i (the paper weights by the outflow
@@ -418,16 +418,21 @@ def plan_pour(prob: PourProblem, cfg: SQPConfig | None = None, init: np.ndarray 
     ss = np.asarray(cfg.smooth_scale)
     w_pour = math.sqrt(cfg.pour_weight) / roll.half_width
 
+    # S's pose one step before the start (from its velocity): the Laplacian at z_0 continues the
+    # motion S already has, so that a replan from a state on a plan keeps that plan's next step
+    # (without it the first step of a replan is free and its label jumps)
+    z_prev = z0 - np.asarray(prob.start_velocity, np.float64) * cfg.dt
+
     def linear_residuals(zz: np.ndarray) -> np.ndarray:
-        full = np.vstack([z0, zz])
-        lap = (full[2:] - 2 * full[1:-1] + full[:-2]) / ss         # (N - 1, 3)
+        full = np.vstack([z_prev, z0, zz])
+        lap = (full[2:] - 2 * full[1:-1] + full[:-2]) / ss         # (N, 3)
         guide = np.array([(zz[-1, 2] - theta_goal) / cfg.guide_scale])
         return np.concatenate([lap.ravel(), guide])
 
     # Jacobian of the linear residuals (constant)
     rows, cols, vals = [], [], []
     r = 0
-    for i in range(1, N):                 # Laplacian at node i uses z_{i-1}, z_i, z_{i+1}
+    for i in range(N):                    # Laplacian at node i uses z_{i-1}, z_i, z_{i+1}
         for ax in range(3):
             for j, w in ((i - 1, 1.0), (i, -2.0), (i + 1, 1.0)):
                 if j >= 1:
