@@ -269,11 +269,13 @@ class Transport3DEnv(gym.Env):
             split = transport3d_tasks(self.task_split)
             task = split[int(self.np_random.integers(len(split)))]
         else:
-            while True:
+            task = None
+        # feasible() also sets the arm's scene (the task's boxes) for the collision checks
+        if task is None:                         # sampled: redrawn until feasible
+            task = sample_task(self.np_random, lambda q: self.arm.container_pose(q)[0])
+            while not self.arm.feasible(task):
                 task = sample_task(self.np_random, lambda q: self.arm.container_pose(q)[0])
-                if self.arm.feasible(task):
-                    break
-        if not self.arm.feasible(task):
+        elif not self.arm.feasible(task):
             raise ValueError(f"task not feasible: its start configuration collides, the goal "
                              f"{task.goal} is out of the arm's reach holding the container upright, "
                              f"or the container does not fit there")
@@ -289,14 +291,11 @@ class Transport3DEnv(gym.Env):
                           seed=int(self.np_random.integers(2 ** 31)))
         self.q = np.array(task.start)
         self.qd = np.zeros(7)
-        self._update_container()
+        self.position, self.R = self.arm.container_pose(self.q)
+        self.velocity = np.zeros(6)
         self.steps, self.collided, self.unstable, self.spilled, self.clipped = 0, False, False, 0.0, False
         self.d0 = max(self._distance(), 1e-6)
         return self._obs(), self._info(success=False)
-
-    def _update_container(self) -> None:
-        self.position, self.R = self.arm.container_pose(self.q)
-        self.velocity = self.arm.container_velocity(self.q, self.qd)
 
     def _tilt(self) -> float:
         return float(math.acos(np.clip(self.R[2, 1], -1.0, 1.0)))   # container y vs robot z
@@ -321,7 +320,7 @@ class Transport3DEnv(gym.Env):
         if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
             self.collided = True
             reward -= 1.0
-            self.qd = np.zeros(7)
+            self.qd, self.velocity = np.zeros(7), np.zeros(6)    # stopped where it was
         else:
             v0 = self.velocity
             v1 = self.arm.container_velocity(q1, qd1)
@@ -331,10 +330,10 @@ class Transport3DEnv(gym.Env):
             self.carried.step(rot, np.concatenate([TO_SIM @ v0[:3], TO_SIM @ v0[3:]]),
                               np.concatenate([TO_SIM @ v1[:3], TO_SIM @ v1[3:]]), CONTROL_DT)
             self.unstable = self.carried.unstable
-            self.q, self.qd = q1, qd1
+            self.q, self.qd, self.velocity = q1, qd1, v1
+            self.position, self.R = self.arm.container_pose(q1)
             self.spilled = self.carried.spilled
             reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
-        self._update_container()
         return end_step(self, reward, d_prev)
 
     def _at_goal(self) -> bool:
