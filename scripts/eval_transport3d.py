@@ -1,11 +1,12 @@
-"""SFRRT* (seed 002, 3D), the same path at one conservative jerk, OMPL's InformedRRT* path timed
-as SFRRT*'s (if OMPL is installed), and the ``carry`` reference
-(resolved-rate control, no planner) on Transport3D-v0 eval tasks, run in the particle
-simulator; and the env's speed: env steps per second (the env's own time, agents excluded).
+"""SFRRT* (seed 002, 3D) with the slosh-model spill-free classifier and with the learned one,
+the same path at one conservative jerk, OMPL's InformedRRT* path timed as SFRRT*'s (if OMPL is
+installed), and the ``carry`` reference (resolved-rate control, no planner) on Transport3D-v0
+eval tasks, run in the particle simulator; and the env's speed: env steps per second (the
+env's own time, agents excluded).
 
 Prints one row per task and agent, a table (success, spill, collisions, trajectory duration,
-planning time, env steps/s) and one JSON line.
-Usage: python scripts/eval_transport3d.py [--tasks 50] [--baseline-jerk 5] [--dx 0.01]
+planning time, env steps/s), success per layout, and one JSON line.
+Usage: python scripts/eval_transport3d.py [--tasks 50] [--baseline-jerk 5] [--dx 0.0065]
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402
 import taigym.agents as agents  # noqa: E402
+from taigym.envs.transport3d import DEFAULT_DX  # noqa: E402
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", type=int, default=50, help="first N tasks of the eval split")
     ap.add_argument("--baseline-jerk", type=float, default=5.0, help="the baseline's jerk, m/s^3")
-    ap.add_argument("--dx", type=float, default=0.01, help="liquid grid spacing, m")
+    ap.add_argument("--dx", type=float, default=DEFAULT_DX, help="liquid grid spacing, m")
     args = ap.parse_args(argv)
     env = gym.make("taigym/Transport3D-v0", dx=args.dx)
     runs = {"sfrrt": agents.make("sfrrt", env),
+            "sfrrt_learned": agents.make("sfrrt", env, classifier="learned"),
             "baseline": agents.make("sfrrt", env, fixed_jerk=(args.baseline_jerk,) * 3),
             "carry": agents.make("carry", env)}
     try:
@@ -59,6 +62,13 @@ def main(argv=None) -> dict:
         figures[name] = f
         print(f"| {name} | {f['success']:.2f} | {100 * f['max_spilled']:.2f} % | {f['collisions']} | "
               f"{f['mean_duration_s']:.2f} | {f['max_planning_s']:.2f} | {f['env_steps_per_s']:.1f} |")
+    layouts = sorted({r["layout"] for r in rows})
+    print("\n| agent | " + " | ".join(layouts) + " |\n|---|" + "---|" * len(layouts))
+    for name in runs:
+        cells = [f"{sum(r['success'] for r in rows if r['agent'] == name and r['layout'] == lay)}/"
+                 f"{sum(r['agent'] == name and r['layout'] == lay for r in rows)}" for lay in layouts]
+        figures[name]["success_by_layout"] = dict(zip(layouts, cells))
+        print(f"| {name} | " + " | ".join(cells) + " |")
     parts = [r["particles"] for r in rows]
     figures.update(particles_min=min(parts), particles_max=max(parts))
     print(json.dumps(figures))
@@ -80,11 +90,11 @@ def run(env, name: str, agent, i: int, task, first: bool) -> dict:
             env_s += time.perf_counter() - t0
         steps, done = steps + 1, term or trunc
     timed = steps - (1 if first else 0)
-    r = dict(agent=name, task=i, boxes=len(task.obstacles), particles=env.unwrapped.carried.n,
+    r = dict(agent=name, task=i, layout=task.layout, boxes=len(task.obstacles), particles=env.unwrapped.carried.n,
              success=bool(info["success"]), spilled=float(info["spilled"]), collided=bool(info["collided"]),
              duration=steps * 0.05, planning_s=planning if name != "carry" else 0.0,
              steps_per_s=timed / env_s if env_s > 0 else float("nan"))
-    print(f"{name:8s} task {i:3d}: {r['boxes']} box(es), {r['particles']} particles, success {r['success']}, "
+    print(f"{name:8s} task {i:3d}: {task.layout}, {r['particles']} particles, success {r['success']}, "
           f"spilled {100 * r['spilled']:.2f} %, {r['duration']:.2f} s, planning {r['planning_s']:.2f} s, "
           f"{r['steps_per_s']:.1f} env steps/s", flush=True)
     return r

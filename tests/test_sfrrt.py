@@ -102,31 +102,69 @@ def test_learned_classifier_checkpoint(eval_tasks, tmp_path):
     assert again.probability([slow], [pr.props])[0] == pytest.approx(clf.probability([slow], [pr.props])[0])
 
 
-def test_3d_path_goes_round_a_box_and_its_timing_keeps_the_surface_below_the_max_tilt():
+def test_3d_path_goes_round_a_box_and_its_timing_keeps_the_sloshing_surface_below_the_max_tilt():
     """SFRRT* in 3D on a free-standing box between start and goal: every sample of the timed
-    trajectory is clear of it, and the accepted trajectory's horizontal acceleration tilts the
-    free surface (amplified) by less than the 3D max tilt."""
-    from taigym.planners.sfrrt3d import Problem3D, QuasiStaticClassifier3D, config_3d, plan_path3d
+    trajectory is clear of it, the accepted trajectory's slosh stays below the 3D max tilt, and
+    the fastest timing of the same path would not have been accepted."""
+    from taigym.models.sfc import slosh_tilt
+    from taigym.planners.sfrrt3d import Problem3D, SloshClassifier3D, config_3d, plan_path3d
 
     lo, hi = np.array([0.25, -0.15, 0.0]), np.array([0.35, 0.15, 0.4])   # a wall, 10 cm thick
 
     def collides_at(p):
         return bool(np.all(p > lo - 0.04) and np.all(p < hi + 0.04))    # 4 cm: the container
 
-    pr = Problem3D(start=(0.1, 0.0, 0.2), goal=(0.5, 0.0, 0.2), props=(0.025, 0.035, 0.08, 0.04),
+    pr = Problem3D(start=(0.1, 0.0, 0.2), goal=(0.5, 0.0, 0.2), props=(0.025, 0.035, 0.08, 0.06),
                    bounds=((0.0, -0.4, 0.05), (0.6, 0.4, 0.6)), collides_at=collides_at)
     cfg = config_3d()
-    clf = QuasiStaticClassifier3D()
+    clf = SloshClassifier3D()
     plan = sfrrt(pr, clf, cfg, np.random.default_rng(0), planner=plan_path3d)
     tr = plan.trajectory
     assert plan.accepted and len(tr.waypoints) > 2
     np.testing.assert_allclose(tr.pos[[0, -1]], [pr.start, pr.goal], atol=1e-6)
     assert pr.path_free(tr.pos)
-    a = tr.acc
-    surface = clf.amplification * np.arctan2(np.hypot(a[:, 0], a[:, 1]), 9.81 + a[:, 2])
-    assert surface.max() <= pr.theta_max
-    # the fastest timing (no SFTP) of the same path would not have been accepted
+    assert slosh_tilt(tr.acc, pr.props).max() <= pr.theta_max
     assert not clf(time_parameterize(tr.waypoints, cfg.max_jerk, pr, cfg), pr.props)
+
+
+def test_slosh_classifier_on_simulator_labelled_carries():
+    """The slosh model agrees with the 3D particle simulator: a violent carry of a nearly full
+    cup spills there and is called spilling, a gentle carry of the same cup is spill-free in
+    both."""
+    from taigym.models.sfc import SPILL_LIMIT, label_3d
+    from taigym.planners.sfrrt3d import SloshClassifier3D, config_3d
+
+    clf, cfg = SloshClassifier3D(), config_3d()
+    path = np.array([[0.3, -0.2, 0.4], [0.3, 0.2, 0.4]])
+    props = (0.03, 0.035, 0.08, 0.064)
+    violent = time_parameterize(path, cfg.max_jerk, None, cfg)
+    gentle = time_parameterize(path, np.asarray(cfg.max_jerk) / cfg.rate ** 8, None, cfg)
+    assert not clf(violent, props) and label_3d(violent, props) > SPILL_LIMIT
+    assert clf(gentle, props) and label_3d(gentle, props) <= SPILL_LIMIT
+
+
+def test_learned_3d_classifier_checkpoint():
+    """The shipped 3D transformer SFC (trained on 3D carries labelled by the particle simulator;
+    its held-out precision, 0.83, is below the slosh model's, so it is not the default) calls a
+    violent carry of a nearly full cup spilling and a gentle one of a low fill spill-free, which
+    ever way the carry goes, and is refused by a planar agent."""
+    from taigym.agents.sfrrt import spill_free_classifier
+    from taigym.models.sfc import DEFAULT_PATH_3D, SpillFreeClassifier
+    from taigym.planners.sfrrt3d import config_3d
+
+    clf = SpillFreeClassifier.load(DEFAULT_PATH_3D)
+    assert clf.kind == "3d" and clf.config["metrics"]["test"]["precision"] >= 0.8
+    cfg = config_3d()
+    cup = (0.03, 0.035, 0.08)
+    for turn in (0.0, 2.0):                                     # rad about the vertical
+        d = 0.4 * np.array([np.cos(turn), np.sin(turn), 0.0])
+        path = np.array([[0.3, -0.2, 0.4], [0.3, -0.2, 0.4] + d])
+        violent = time_parameterize(path, cfg.max_jerk, None, cfg)
+        gentle = time_parameterize(path, np.asarray(cfg.max_jerk) / cfg.rate ** 9, None, cfg)
+        assert not clf(violent, (*cup, 0.8 * cup[2]))
+        assert clf(gentle, (*cup, 0.4 * cup[2]))
+    with pytest.raises(ValueError, match="3d"):
+        spill_free_classifier("learned", DEFAULT_PATH_3D, "planar")
 
 
 def test_ompl_informed_rrt_star_baseline_paths_are_collision_free(eval_tasks):

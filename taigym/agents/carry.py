@@ -77,3 +77,19 @@ def upright_action(arm, q: np.ndarray, R: np.ndarray, velocity: np.ndarray, upri
     qd = J.T @ np.linalg.solve(J @ J.T + damping ** 2 * np.eye(6), np.concatenate([velocity, w_des]))
     qd /= max(1.0, np.abs(qd).max() / qd_max)
     return (qd / qd_max).astype(np.float32)
+
+
+def family_action(arm, q: np.ndarray, velocity: np.ndarray, qd_max: float, damping: float = 0.02,
+                  family_gain: float = 3.0) -> np.ndarray:
+    """The action that moves the container's origin at ``velocity`` (m/s) within the upright
+    posture family (``taigym.envs.transport3d_tasks.FAMILY``): the damped inverse of the
+    origin's Jacobian in (base, shoulder, elbow), plus ``family_gain`` (1/s) x the other
+    joints' offset from the family (zero once on it, so the arm's configuration is the one the
+    planner checked at each position); scaled so that no joint exceeds its speed."""
+    from taigym.envs.transport3d_tasks import FAMILY, upright_configuration
+
+    J = arm.jacobian(q)[:3] @ FAMILY
+    rates = J.T @ np.linalg.solve(J @ J.T + damping ** 2 * np.eye(3), np.asarray(velocity, np.float64))
+    qd = FAMILY @ rates + family_gain * (upright_configuration(*q[[0, 1, 3]]) - q)
+    qd /= max(1.0, np.abs(qd).max() / qd_max)
+    return (qd / qd_max).astype(np.float32)

@@ -43,6 +43,30 @@ def path_planners(name: str) -> tuple:
     raise ValueError(f"path_planner must be 'sfrrt' or 'ompl', got {name!r}")
 
 
+def spill_free_classifier(classifier, path: str | None, kind: str):
+    """SFTP's classifier: ``"learned"`` (the transformer SFC of ``kind``, from ``path`` or the
+    shipped checkpoint), ``"quasi_static"`` (planar) or ``"slosh"`` (3D), the physics
+    classifiers, or a callable ``(traj, props) -> bool`` as it is."""
+    if classifier == "learned":
+        from ..models.sfc import DEFAULT_PATH, DEFAULT_PATH_3D, SpillFreeClassifier
+
+        clf = SpillFreeClassifier.load(path or (DEFAULT_PATH if kind == "planar" else DEFAULT_PATH_3D))
+        if clf.kind != kind:
+            raise ValueError(f"classifier_path holds a {clf.kind!r} classifier, this agent needs {kind!r}")
+        return clf
+    if classifier == "quasi_static" and kind == "planar":
+        return QuasiStaticClassifier()
+    if classifier == "slosh" and kind == "3d":
+        from ..planners.sfrrt3d import SloshClassifier3D
+
+        return SloshClassifier3D()
+    if not callable(classifier):
+        physics = "quasi_static" if kind == "planar" else "slosh"
+        raise ValueError(f"classifier must be 'learned', {physics!r} or a callable (traj, props) -> bool, "
+                         f"got {classifier!r}")
+    return classifier
+
+
 def make_agent(env, **cfg) -> Agent:
     """``taigym.agents.make("sfrrt", env)``: the planar agent on Transport-v0, the 3D one
     (:class:`taigym.agents.sfrrt3d.SFRRT3DAgent`) on Transport3D-v0."""
@@ -64,16 +88,7 @@ class SFRRTAgent(Agent):
             raise ValueError(f"the sfrrt agent plans for taigym/Transport-v0, not "
                              f"{type(env.unwrapped).__name__}")
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
-        if classifier == "learned":
-            from ..models.sfc import DEFAULT_PATH, SpillFreeClassifier
-
-            classifier = SpillFreeClassifier.load(classifier_path or DEFAULT_PATH)
-        elif classifier == "quasi_static":
-            classifier = QuasiStaticClassifier()
-        elif not callable(classifier):
-            raise ValueError(f"classifier must be 'learned', 'quasi_static' or a callable "
-                             f"(traj, props) -> bool, got {classifier!r}")
-        self.classifier = classifier
+        self.classifier = spill_free_classifier(classifier, classifier_path, "planar")
         self.planner_cfg = SFRRTConfig(**cfg)
         self.plan: Plan | None = None
 

@@ -12,7 +12,7 @@ top at z = 0).
 ## Action space
 
 ``Box(-1, 1, (7,), float32)``: the joint velocities at the end of the 0.05 s control step, as
-fractions of :data:`MAX_JOINT_SPEED` (1 rad/s; the Panda allows 2.2-2.6). Over the step the
+fractions of :data:`MAX_JOINT_SPEED` (2 rad/s; the Panda allows 2.2-2.6). Over the step the
 velocities change linearly from the previous ones, so the joint angles follow the trapezoid
 rule and the liquid feels the container's acceleration. A step that would leave the joint
 limits stops the joints at them (``info["action_clipped"]``).
@@ -50,6 +50,13 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
   collision of the arm or the container with a box or the table.
 * Truncation: at ``horizon`` (default 10 s), or when the solver blows up (``info["sim_unstable"]``).
 
+## Arguments
+
+``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or pass
+``options={"task": ...}`` to ``reset``), ``horizon`` (s), ``dx`` (liquid grid spacing, m,
+:data:`DEFAULT_DX`; 4 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
+``arch`` (Taichi arch, "cpu").
+
 ## Info
 
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
@@ -68,11 +75,12 @@ from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
 from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
-from .transport3d_tasks import (HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
-                                Transport3DTask, as_task, sample_task, transport3d_tasks)
+from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
+                                Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
+                                upright_configuration)
 
 CONTROL_DT = 0.05
-MAX_JOINT_SPEED = 1.0                             # rad/s
+MAX_JOINT_SPEED = 2.0                             # rad/s
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
 HAND_LINK = 11                                    # panda_grasptarget
 # the container's origin in the hand (grasp-target) frame, whose x axis is up and z axis (the
@@ -82,6 +90,9 @@ GRASP_OFFSET = np.array([-0.04, 0.0, 0.03])
 # robot axes (z up) -> simulator axes (y up): (x, y, z) -> (x, z, -y), a proper rotation
 TO_SIM = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
 CONTAINER_WALL = 0.02                             # m, two cells of the liquid grid
+# m, the liquid grid: at 1 cm (7 cells across a cup) the slosh of a 0.5 m/s carry never spills;
+# 6.5 mm spills where 5 mm does in 20 of 24 trajectories, at 40 % of its cost per step
+DEFAULT_DX = 0.0065
 
 
 class PandaCarrier:
@@ -100,27 +111,46 @@ class PandaCarrier:
         table = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[2.0, 2.0, 0.05],
                                         physicsClientId=self.client)
         self.table = pb.createMultiBody(0, table, basePosition=[0, 0, -0.05], physicsClientId=self.client)
+        self._set_values = None
         # the container's orientation in the hand: upright (its y axis along z) at HOME
-        _, R_hand = self._hand(HOME)
+        self.R_hand_container = np.eye(3)
+        _, R_hand, _ = self._kinematics(HOME)
         self.R_hand_container = R_hand.T @ TO_SIM.T
+        # the collision cylinder's axis is its local z: turned onto the container's axis (its y)
+        self._hand_cylinder = Rotation.from_matrix(
+            self.R_hand_container @ Rotation.from_euler("x", -90, degrees=True).as_matrix()).as_quat().tolist()
         self.boxes: list[int] = []
         self.cup = None
         self._cup_size = None
 
     def _set(self, q) -> None:
-        for j in range(7):
-            self.pb.resetJointState(self.robot, j, float(q[j]), physicsClientId=self.client)
+        values = [[float(v)] for v in q[:7]]
+        if values != self._set_values:          # a pose, then its Jacobian: one reset
+            self.pb.resetJointStatesMultiDof(self.robot, range(7), values, physicsClientId=self.client)
+            self._set_values = values
 
-    def _hand(self, q) -> tuple[np.ndarray, np.ndarray]:
+    def _kinematics(self, q, jacobian: bool = False):
+        """The container's origin, rotation matrix (container axes -> robot axes) and, if asked,
+        the (6, 7) Jacobian of the origin's velocity and the angular velocity, at joints q."""
         self._set(q)
-        s = self.pb.getLinkState(self.robot, HAND_LINK, computeForwardKinematics=True,
-                                 physicsClientId=self.client)
-        return np.array(s[4]), np.array(self.pb.getMatrixFromQuaternion(s[5])).reshape(3, 3)
+        pb, c = self.pb, self.client
+        s = pb.getLinkState(self.robot, HAND_LINK, computeForwardKinematics=True, physicsClientId=c)
+        R_hand = np.array(pb.getMatrixFromQuaternion(s[5])).reshape(3, 3)
+        origin = np.array(s[4]) + R_hand @ GRASP_OFFSET
+        if not jacobian:
+            return origin, R_hand @ self.R_hand_container, None
+        # pybullet takes the point in the link's centre-of-mass frame, not its URDF frame
+        R_com = np.array(pb.getMatrixFromQuaternion(s[1])).reshape(3, 3)
+        local = R_com.T @ (origin - np.array(s[0]))
+        zeros = [0.0] * 9
+        lin, ang = pb.calculateJacobian(self.robot, HAND_LINK, local.tolist(), [*map(float, q[:7]), 0.04, 0.04],
+                                        zeros, zeros, physicsClientId=c)
+        J = np.vstack([np.array(lin)[:, :7], np.array(ang)[:, :7]])
+        return origin, R_hand @ self.R_hand_container, J
 
     def container_pose(self, q) -> tuple[np.ndarray, np.ndarray]:
         """(origin (3,), rotation matrix (3, 3): container axes -> robot axes) at joints q."""
-        p, R = self._hand(q)
-        return p + R @ GRASP_OFFSET, R @ self.R_hand_container
+        return self._kinematics(q)[:2]
 
     def container_velocity(self, q, qd) -> np.ndarray:
         """(6,) linear velocity of the container's origin and angular velocity (robot axes)."""
@@ -128,33 +158,27 @@ class PandaCarrier:
 
     def jacobian(self, q) -> np.ndarray:
         """(6, 7) Jacobian of the container origin's velocity and the angular velocity."""
-        origin, _ = self.container_pose(q)
-        s = self.pb.getLinkState(self.robot, HAND_LINK, physicsClientId=self.client)
-        # pybullet takes the point in the link's centre-of-mass frame, not its URDF frame
-        R_com = np.array(self.pb.getMatrixFromQuaternion(s[1])).reshape(3, 3)
-        local = R_com.T @ (origin - np.array(s[0]))
-        zeros = [0.0] * 9
-        lin, ang = self.pb.calculateJacobian(self.robot, HAND_LINK, local.tolist(),
-                                             [*map(float, q), 0.04, 0.04], zeros, zeros,
-                                             physicsClientId=self.client)
-        return np.vstack([np.array(lin)[:, :7], np.array(ang)[:, :7]])
+        return self._kinematics(q, jacobian=True)[2]
 
-    def upright_configuration_at(self, position, seed_q, iterations: int = 30) -> np.ndarray | None:
-        """Joint angles holding the container upright with its origin at ``position`` (m), found
-        from ``seed_q`` by damped least squares on the same law a resolved-rate controller
-        follows (position error, axis back to vertical, no turn about it), so the answer is
-        the configuration the arm reaches from there; None if it does not converge to 1 mm and
-        0.01 rad within the joint limits."""
+    def upright_configuration_at(self, position, seed_q=None, iterations: int = 30) -> np.ndarray | None:
+        """The configuration of the upright posture family (``transport3d_tasks.FAMILY``) that
+        holds the container's origin at ``position`` (m): Newton's method on (base, shoulder,
+        elbow) from ``seed_q`` (or HOME turned towards the position); None if it does not
+        converge to 0.3 mm within the joint limits."""
         target = np.asarray(position, dtype=np.float64)
-        q = np.asarray(seed_q, dtype=np.float64).copy()
+        if seed_q is None:
+            x = np.array([math.atan2(target[1], target[0]), HOME[1], HOME[3]])
+        else:
+            x = np.asarray(seed_q, dtype=np.float64)[[0, 1, 3]]
         for _ in range(iterations):
-            p, R = self.container_pose(q)
-            e = np.concatenate([target - p, np.cross(R[:, 1], [0.0, 0.0, 1.0])])
-            if np.linalg.norm(e[:3]) < 1e-3 and np.linalg.norm(e[3:]) < 0.01:
-                return q
-            J = self.jacobian(q)
-            step = J.T @ np.linalg.solve(J @ J.T + 1e-4 * np.eye(6), e)
-            q = np.clip(q + step / max(1.0, np.abs(step).max() / 0.3), JOINT_LOW, JOINT_HIGH)
+            q = upright_configuration(*x)
+            origin, _, J = self._kinematics(q, jacobian=True)
+            e = target - origin
+            if np.linalg.norm(e) < 3e-4:
+                return q if np.all(q >= JOINT_LOW) and np.all(q <= JOINT_HIGH) else None
+            J = J[:3] @ FAMILY
+            step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(3), J.T @ e)
+            x = x + step / max(1.0, np.abs(step).max() / 0.3)
         return None
 
     def set_scene(self, task: Transport3DTask) -> None:
@@ -178,12 +202,10 @@ class PandaCarrier:
         a box or the table."""
         pb, c = self.pb, self.client
         origin, R = self.container_pose(q)
-        axis = R @ np.array([0.0, 1.0, 0.0])
-        # the cylinder's axis is its local z: turn z onto the container's axis
-        rot = R @ Rotation.from_euler("x", -90, degrees=True).as_matrix()
-        centre = origin + axis * (0.5 * self._cup_size[1] - CONTAINER_WALL)
-        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(),
-                                           Rotation.from_matrix(rot).as_quat().tolist(), physicsClientId=c)
+        centre = origin + R[:, 1] * (0.5 * self._cup_size[1] - CONTAINER_WALL)
+        hand = pb.getLinkState(self.robot, HAND_LINK, physicsClientId=c)[5]
+        _, orientation = pb.multiplyTransforms([0, 0, 0], hand, [0, 0, 0], self._hand_cylinder)
+        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(), orientation, physicsClientId=c)
         for body in [*self.boxes, self.table]:
             if pb.getClosestPoints(self.cup, body, margin, physicsClientId=c):
                 return True
@@ -194,25 +216,19 @@ class PandaCarrier:
         return any(contact[3] >= 2 for contact in
                    pb.getClosestPoints(self.robot, self.table, margin, physicsClientId=c))
 
-    def reaches(self, task: Transport3DTask) -> bool:
-        """The arm can hold the container upright at the goal (inverse kinematics from the start,
-        or from HOME turned towards the goal)."""
-        gx, gy, _ = task.goal
-        seeds = (np.asarray(task.start), HOME + np.array([math.atan2(gy, gx), 0, 0, 0, 0, 0, 0]))
-        return any(self.upright_configuration_at(np.asarray(task.goal), np.clip(q, JOINT_LOW, JOINT_HIGH),
-                                                 iterations=60) is not None for q in seeds)
+    def goal_configuration(self, task: Transport3DTask) -> np.ndarray | None:
+        """Joint angles holding the container upright at the goal (the upright posture family),
+        or None if the arm cannot."""
+        return self.upright_configuration_at(task.goal, task.start)
 
     def feasible(self, task: Transport3DTask) -> bool:
-        """The start is collision-free, the arm reaches the goal and the container fits there,
-        upright."""
+        """The start is collision-free, and the arm holds the container upright at the goal with
+        neither touching a box or the table."""
         self.set_scene(task)
-        if self.collides(task.start) or not self.reaches(task):
+        if self.collides(task.start):
             return False
-        pb, c = self.pb, self.client
-        centre = np.asarray(task.goal) + [0.0, 0.0, 0.5 * self._cup_size[1] - CONTAINER_WALL]
-        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(), [0, 0, 0, 1], physicsClientId=c)
-        return not any(pb.getClosestPoints(self.cup, b, 0.0, physicsClientId=c)
-                       for b in [*self.boxes, self.table])
+        q = self.goal_configuration(task)
+        return q is not None and not self.collides(q)
 
     def close(self) -> None:
         if self.client is not None:
@@ -236,7 +252,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 class Transport3DEnv(gym.Env):
     metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT))}
 
-    def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = 0.01,
+    def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
                  spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
                  arch: str = "cpu"):
         if task_split not in (None, "train", "eval"):
@@ -271,10 +287,8 @@ class Transport3DEnv(gym.Env):
         else:
             task = None
         # feasible() also sets the arm's scene (the task's boxes) for the collision checks
-        if task is None:                         # sampled: redrawn until feasible
-            task = sample_task(self.np_random, lambda q: self.arm.container_pose(q)[0])
-            while not self.arm.feasible(task):
-                task = sample_task(self.np_random, lambda q: self.arm.container_pose(q)[0])
+        if task is None:
+            task = sample_feasible_task(self.np_random, self.arm)
         elif not self.arm.feasible(task):
             raise ValueError(f"task not feasible: its start configuration collides, the goal "
                              f"{task.goal} is out of the arm's reach holding the container upright, "
