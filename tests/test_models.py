@@ -179,37 +179,37 @@ def test_head_alone_is_the_lookup_head():
         assert liquid.head(theta) == pytest.approx(liquid.lookup(theta)[0], abs=1e-15)
 
 
-def test_jet_direction_offset_is_recovered():
-    """Mean outflow velocities turned by a known a + b * lean from the model's direction d are
-    fitted back, and the model then leaves along the turned direction."""
-    a_true, b_true = -0.3, 0.1
+def test_jet_path_is_recovered_from_streamlines():
+    """Streamline crossings made by a model with a known direction offset a + b * lean and jet
+    drag lambda are fitted back, and that model's path then passes through them."""
+    a_true, b_true, lam_true = -0.3, 0.1, 25.0
     rng = np.random.default_rng(2)
-    recs = []
     base = _fit(weights=(0.7, 0.3, -0.02), discharge=0.35)
+    true = OutflowFit("cup", 1e-3, base.terms, base.weights, 0.35, (a_true, b_true), lam_true)
+    recs = []
     for _ in range(4):
         shape = container("cup", rng.uniform(0.06, 0.1), rng.uniform(0.08, 0.12), corner_radius=0.01)
         lean = sysid.monotone_tilt_curve(rng, 100)
         rec = sysid.PourRecord(shape, 0.6, 1e-3, lean, np.zeros(101), np.zeros(100),
-                               np.zeros(100, np.int64), np.zeros((100, 2)))
+                               np.zeros(100, np.int64), np.zeros((100, 2)),
+                               np.zeros((100, len(sysid.FLIGHT_DROPS), 3)))
         rec.volume[0] = shape.liquid_area(0.6)
-        u, vol = sysid.predict(rec, base)
-        rec.speed, rec.volume = u, vol
-        probe = SimplifiedLiquid(shape, vol[0], None)
+        rec.speed, rec.volume = sysid.predict(rec, base)
+        liquid = SimplifiedLiquid(shape, rec.volume[0], true)
+        lip = shape.lips[1]
         for i in range(100):
-            probe.volume = vol[i]
-            _, sec, _, _, _, dx, dy = probe.lookup(-lean[i + 1])
-            if sec > 0 and u[i] > 0:
-                off = a_true + b_true * lean[i + 1]
-                rec.crossed[i] = 10
-                rec.velocity[i] = u[i] * np.array([np.cos(off) * dx - np.sin(off) * dy,
-                                                   np.sin(off) * dx + np.cos(off) * dy])
+            liquid.volume, liquid.speed = rec.volume[i], rec.speed[i - 1] if i else 0.0
+            th0, th1 = -lean[i], -lean[i + 1]
+            out = liquid.step((*sysid.PIVOT, th1), (0.0, 0.0, (th1 - th0) / sysid.DT), th0, sysid.DT)
+            lip_y = sysid.PIVOT[1] + math.sin(th1) * lip[0] + math.cos(th1) * lip[1]
+            for j, d in enumerate(sysid.FLIGHT_DROPS):
+                hit = landing(out.start, out.velocity, lip_y - d, lam_true) if out.volume > 0 else None
+                if hit is not None:
+                    rec.flight[i, j] = (hit[0], hit[1], 10.0)
         recs.append(rec)
-    a, b = sysid.direction_offset(recs)
-    assert a == pytest.approx(a_true, abs=1e-9) and b == pytest.approx(b_true, abs=1e-9)
-    turned = SimplifiedLiquid(recs[0].shape, recs[0].volume[0],
-                              OutflowFit("cup", 1e-3, base.terms, base.weights, 0.35, (a, b)))
-    plain = SimplifiedLiquid(recs[0].shape, recs[0].volume[0], base)
-    lean = 1.5
-    *_, dx0, dy0 = plain.lookup(-lean)
-    *_, dx1, dy1 = turned.lookup(-lean)
-    assert math.atan2(dy1, dx1) - math.atan2(dy0, dx0) == pytest.approx(a_true + b_true * lean, abs=1e-9)
+    a, b, lam = sysid.jet_path(recs, base.weights, base.terms)
+    assert (a, b, lam) == pytest.approx((a_true, b_true, lam_true), rel=1e-4, abs=1e-6)
+    rms, mean = sysid.streamline_errors(recs, true)
+    assert rms < 1e-9
+    rms0, _ = sysid.streamline_errors(recs, base)          # the plain parabola misses them
+    assert rms0 > 0.005

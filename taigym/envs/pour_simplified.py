@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing
+from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, horizontal_travel, landing
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
@@ -82,10 +82,11 @@ class SimplifiedMember:
         task = self.task
         frac = out.volume / self.v0
         rim = t_y + self.t_oc[1]
-        hit = landing(out.start, out.velocity, rim)
+        drag = self.liquid.fit.drag
+        hit = landing(out.start, out.velocity, rim, drag)
         in_t, rp = False, 0.0
         if hit is None:                                   # never comes down to T's rim: floor
-            hit_floor = landing(out.start, out.velocity, 0.0)
+            hit_floor = landing(out.start, out.velocity, 0.0, drag)
             tau = hit_floor[1] if hit_floor is not None else 0.0
         else:
             x_land, tau = hit
@@ -98,9 +99,9 @@ class SimplifiedMember:
         self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit])
 
     def _blocked(self, start, velocity, tau: float) -> bool:
-        """Does the parabola hit an obstacle box within its flight time ``tau``?"""
+        """Does the outflow path hit an obstacle box within its flight time ``tau``?"""
         ts = np.linspace(0.0, tau, _FLIGHT_SAMPLES)
-        px = start[0] + velocity[0] * ts
+        px = start[0] + velocity[0] * horizontal_travel(ts, self.liquid.fit.drag)
         py = start[1] + velocity[1] * ts - 0.5 * GRAVITY * ts * ts
         for cx, cy, w, h in self.obstacles:
             if np.any((np.abs(px - cx) < 0.5 * w) & (np.abs(py - cy) < 0.5 * h)):
@@ -156,13 +157,15 @@ class SimplifiedMember:
             pts.append(self.target.fill_points(min(max(lvl / self.target.height, 1e-6), 1.0), spacing)
                        + np.asarray(t_pose[:2]))
         vel.append(np.zeros((sum(len(p) for p in pts), 2)))
+        drag = self.liquid.fit.drag
         for land, _, _, _, start, v, t0 in self.packets:
             tau = time - t0
             if 0.0 <= tau <= land - t0:
                 for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
                     tt = tau - d
-                    pts.append(np.array([[start[0] + v[0] * tt, start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
-                    vel.append(np.array([[v[0], v[1] - GRAVITY * tt]]))
+                    pts.append(np.array([[start[0] + v[0] * horizontal_travel(tt, drag),
+                                          start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
+                    vel.append(np.array([[v[0] * math.exp(-drag * tt), v[1] - GRAVITY * tt]]))
         if not pts:
             return np.zeros((0, 2)), np.zeros((0, 2))
         return np.concatenate(pts), np.concatenate(vel)

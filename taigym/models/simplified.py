@@ -20,10 +20,19 @@ with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, se
 
 k is a discharge coefficient (the jet contracts, its speed is not normal to the section): u is
 the speed of the liquid leaving S, k A u the flux. Liquid leaves at the outflow section's
-centroid c with velocity u d plus S's own velocity there; d is horizontal while the lip-side wall
-still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
-offset a + b lean (the jet also falls as it leaves), and it follows the outflow parabola
-p(t) = c + v t + g t^2 / 2.
+centroid c with velocity v = u d plus S's own velocity there; d is horizontal while the lip-side
+wall still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
+offset a + b lean (the jet also falls as it leaves). It then follows
+
+    x(t) = c_x + v_x (1 - exp(-lambda t)) / lambda,    y(t) = c_y + v_y t - g t^2 / 2,
+
+seed 000's outflow parabola (lambda = 0) with the jet's horizontal speed relaxing at an
+identified rate lambda (1/s): in the particle simulator a jet a few grid cells thick (a pour
+over a small head) is carried by the grid's velocity, which the air around it and the slower
+liquid below it pull towards rest, so it keeps falling freely but soon drops nearly vertically
+off the lip (measured: its horizontal speed halves in 20-50 ms at the Pour env's 6 mm cells).
+a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
+(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
 
 Coefficients are fitted per container shape and viscosity (a few viscosities, interpolated in
 log10 viscosity) and shipped in ``data/outflow_coefficients.json``; regenerate them with
@@ -98,17 +107,19 @@ class OutflowFit:
     weights: tuple[float, ...]
     discharge: float                    # k, dimensionless
     direction: tuple[float, float] = (0.0, 0.0)   # jet direction offset a + b * lean (rad)
+    drag: float = 0.0                   # lambda, 1/s: relaxation rate of the jet's horizontal speed
 
     def to_dict(self) -> dict:
         return {"shape": self.shape, "viscosity": self.viscosity, "terms": list(self.terms),
                 "weights": list(self.weights), "discharge": self.discharge,
-                "direction": list(self.direction)}
+                "direction": list(self.direction), "drag": self.drag}
 
     @classmethod
     def from_dict(cls, d: dict) -> "OutflowFit":
         return cls(d["shape"], float(d["viscosity"]), tuple(d["terms"]),
                    tuple(float(w) for w in d["weights"]), float(d["discharge"]),
-                   tuple(float(x) for x in d.get("direction", (0.0, 0.0))))
+                   tuple(float(x) for x in d.get("direction", (0.0, 0.0))),
+                   float(d.get("drag", 0.0)))
 
 
 def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
@@ -129,7 +140,8 @@ def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
     w = tuple((1 - t) * wa + t * wb for wa, wb in zip(a.weights, b.weights))
     direction = tuple((1 - t) * da + t * db for da, db in zip(a.direction, b.direction))
     return OutflowFit(a.shape, float(viscosity), a.terms, w,
-                      (1 - t) * a.discharge + t * b.discharge, direction)
+                      (1 - t) * a.discharge + t * b.discharge, direction,
+                      (1 - t) * a.drag + t * b.drag)
 
 
 def _default_path() -> Path:
@@ -258,9 +270,18 @@ class SimplifiedLiquid:
         return Outflow(out, u, a, (wx, wy), (jx, jy))
 
 
-def landing(start, velocity, height: float) -> tuple[float, float] | None:
-    """Where and when the outflow parabola from ``start`` with ``velocity`` comes down through
-    the altitude ``height`` (m): (x, flight time s), or None if it never reaches it."""
+def horizontal_travel(t, drag: float):
+    """The factor of v_x in the jet's horizontal travel after t s (s; t itself without drag):
+    (1 - exp(-drag t)) / drag. Works on floats and arrays."""
+    if drag <= 1e-9:
+        return t
+    return -np.expm1(-drag * t) / drag if isinstance(t, np.ndarray) else -math.expm1(-drag * t) / drag
+
+
+def landing(start, velocity, height: float, drag: float = 0.0) -> tuple[float, float] | None:
+    """Where and when the outflow path (module docstring; ``drag`` = lambda, 1/s) from ``start``
+    with ``velocity`` comes down through the altitude ``height`` (m): (x, flight time s), or None
+    if it never reaches it."""
     x0, y0 = start
     vx, vy = velocity
     disc = vy * vy + 2.0 * GRAVITY * (y0 - height)
@@ -269,4 +290,4 @@ def landing(start, velocity, height: float) -> tuple[float, float] | None:
     t = (vy + math.sqrt(disc)) / GRAVITY               # the descending crossing
     if t < 0.0:
         return None
-    return x0 + vx * t, t
+    return x0 + vx * horizontal_travel(t, drag), t

@@ -41,7 +41,8 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import GRAVITY, OutflowFit, fit_for, jet_directions, regressors_array
+from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, horizontal_travel, jet_directions,
+                                      regressors_array)
 from taigym.sim.geometry import Box, Container
 
 
@@ -214,7 +215,7 @@ class _Rollout:
         ok = disc >= 0.0
         tau = np.where(ok, (vy + np.sqrt(np.maximum(disc, 0.0))) / GRAVITY,
                        np.maximum(vy, 0.0) / GRAVITY)              # else: the apex
-        x_hit = x0 + vx * tau
+        x_hit = x0 + vx * horizontal_travel(tau, self.p.fit.drag)
         tx = self.p.target_path(t_emit + tau)[:, 0] + self.oc[0]
         err_x = x_hit - tx
         short = np.where(ok, 0.0, -disc / (2.0 * GRAVITY))         # rim - apex height, m
