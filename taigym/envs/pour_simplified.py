@@ -2,7 +2,8 @@
 
 Instead of particles, the liquid in S is its volume V and outflow speed u
 (:class:`taigym.models.simplified.SimplifiedLiquid`). What leaves S in a step is a packet that
-follows the outflow parabola; it lands where the parabola comes down through T's rim height:
+follows the outflow path (seed 000's parabola with the jet's identified horizontal drag); it
+lands where that path comes down through T's rim height:
 inside T's opening it counts as in T (earning seed 001's R_p for its distance from the opening
 centre), anywhere else, or if it hits an obstacle on the way, as spilled. Until it lands it is in
 flight. The free surface in S is flat at the level that holds V (the lookup tables), which gives
@@ -19,7 +20,7 @@ from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, horizon
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
-_FLIGHT_SAMPLES = 8             # points per parabola checked against the obstacles
+_FLIGHT_SAMPLES = 8             # points per outflow path checked against the obstacles
 
 
 def _columns(poly: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,8 @@ seed 000's outflow parabola (lambda = 0) with the jet's horizontal speed relaxin
 identified rate lambda (1/s): in the particle simulator a jet a few grid cells thick (a pour
 over a small head) is carried by the grid's velocity, which the air around it and the slower
 liquid below it pull towards rest, so it keeps falling freely but soon drops nearly vertically
-off the lip (measured: its horizontal speed halves in 20-50 ms at the Pour env's 6 mm cells).
+off the lip (fitted lambda 14-29 1/s at the Pour env's 6.25 mm cells: the horizontal speed halves
+in 25-50 ms, so the jet travels at most v_x / lambda, 2-3 cm, sideways).
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
 (seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
 

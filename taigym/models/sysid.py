@@ -8,7 +8,10 @@ left the interior during the step (each one's velocity at the step's end with th
 half a step taken back: on average it crossed that long ago). The coefficients of u = w . phi
 (see :mod:`taigym.models.simplified`) are the least-squares fit over the steps with an outflow
 section (A > 0); the discharge coefficient k is the least-squares fit of the measured volume
-loss to dt A u.
+loss to dt A u. The particles that left in each step are followed while they fall: where they
+cross FLIGHT_DROPS below the lip (their streamlines, seed 004) fixes the jet's direction offset
+and horizontal drag (:func:`jet_path`). Pours are simulated at the Pour env's cell size by
+``scripts/sysid_pour.py``: the thin jets' drag depends on it.
 """
 
 from __future__ import annotations
@@ -289,10 +292,12 @@ def jet_path(records: Sequence[PourRecord], weights: Sequence[float],
     return float(a), float(b), float(lam)
 
 
-def streamline_errors(records: Sequence[PourRecord], model: OutflowFit) -> tuple[float, float]:
+def streamline_errors(records: Sequence[PourRecord], model: OutflowFit,
+                      max_head: float = math.inf) -> tuple[float, float]:
     """(RMS, mean) horizontal error (m) of the model's outflow path where the simulated
     particles crossed the levels FLIGHT_DROPS below the lip, weighted by particles; one step
-    ahead from each recorded state, as :func:`jet_path` fits it."""
+    ahead from each recorded state, as :func:`jet_path` fits it; over the steps whose head h
+    is at most ``max_head`` (m)."""
     err, wt = [], []
     for rec in records:
         if rec.flight is None:
@@ -303,6 +308,8 @@ def streamline_errors(records: Sequence[PourRecord], model: OutflowFit) -> tuple
             liquid.volume = rec.volume[i]
             liquid.speed = rec.speed[i - 1] if i > 0 else 0.0
             th0, th1 = -rec.lean[i], -rec.lean[i + 1]
+            if liquid.head(th1) > max_head:
+                continue
             out = liquid.step((PIVOT[0], PIVOT[1], th1), (0.0, 0.0, (th1 - th0) / DT), th0, DT)
             if out.volume <= 0.0:
                 continue
