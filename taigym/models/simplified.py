@@ -27,11 +27,11 @@ offset a + b lean (the jet also falls as it leaves). It then follows
     x(t) = c_x + v_x (1 - exp(-lambda t)) / lambda,    y(t) = c_y + v_y t - g t^2 / 2,
 
 seed 000's outflow parabola (lambda = 0) with the jet's horizontal speed relaxing at an
-identified rate lambda (1/s): in the particle simulator a jet a few grid cells thick (a pour
-over a small head) is carried by the grid's velocity, which the air around it and the slower
-liquid below it pull towards rest, so it keeps falling freely but soon drops nearly vertically
-off the lip (fitted lambda 14-29 1/s at the Pour env's 6.25 mm cells: the horizontal speed halves
-in 25-50 ms, so the jet travels at most v_x / lambda, 2-3 cm, sideways).
+identified rate lambda (1/s). Measured in the particle simulator: a jet a few grid cells thick
+keeps falling freely but loses its horizontal speed within a few substeps (it moves with the
+grid's velocity, averaged over cells as wide as the jet), so it drops nearly vertically off the
+lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
+25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
 (seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
 

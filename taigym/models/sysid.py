@@ -39,7 +39,9 @@ class PourRecord:
     """One simulated pour. ``lean`` (n + 1,) rad at the step boundaries, ``volume`` (n + 1,) m^2
     in S, ``speed`` (n,) m/s mean outflow speed in each step (0 where nothing left S),
     ``crossed`` (n,) the number of particles that left, ``velocity`` (n, 2) their mean velocity
-    relative to S (world axes, m/s; the pours lean to the right)."""
+    relative to S (world axes, m/s; the pours lean to the right), ``flight`` (n, drops, 3) where
+    they crossed FLIGHT_DROPS below the lip: mean world x (m), mean time after the step (s),
+    count."""
 
     shape: Container
     fill: float
