@@ -1,6 +1,7 @@
 """Seed 001's online test: the ``rh`` agent on new pouring problems, in the particle env.
 
     python scripts/rh_eval.py --checkpoint runs/train/rh/.../agent.pt [--problems 30] [--shapes rect frustum]
+    python scripts/rh_eval.py --agent cmaes --shapes rect    # the CMA-ES teacher on the same problems
 
 Runs ``rh`` on ``--problems`` problems drawn like the training problems but from another seed
 (``taigym.data.cmaes_dataset.problem(i, TEST_SEED)``: rect S, even i TRANSFER+ZERO, odd i
@@ -26,24 +27,31 @@ import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402,F401
 from taigym.agents.base import run_episode  # noqa: E402
+from taigym.agents.cmaes import CMAESAgent  # noqa: E402
 from taigym.agents.rh import RHAgent, latency_summary  # noqa: E402
 from taigym.data.cmaes_dataset import TEST_SEED, problem  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--agent", default="rh", choices=("rh", "cmaes"))
+    ap.add_argument("--checkpoint", help="the rh agent's checkpoint (required for --agent rh)")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a cmaes-agent option (a CMAESConfig field), e.g. free_jet_weight=0")
     ap.add_argument("--problems", type=int, default=30)
     ap.add_argument("--start", type=int, default=0, help="first problem index")
     ap.add_argument("--shapes", nargs="+", default=["rect", "frustum"])
     ap.add_argument("--fidelity", default="particles", choices=("particles", "simplified"))
     ap.add_argument("--resolution", type=int, default=128)
     args = ap.parse_args()
-    out: dict = {"fidelity": args.fidelity, "problems": args.problems}
+    if args.agent == "rh" and not args.checkpoint:
+        ap.error("--checkpoint is required for --agent rh")
+    options = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.option)}
+    out: dict = {"agent": args.agent, **options, "fidelity": args.fidelity, "problems": args.problems}
     t_all = time.perf_counter()
     for shape in args.shapes:
         env = gym.make("taigym/Pour-v0", fidelity=args.fidelity, resolution=args.resolution)
-        agent = RHAgent.load(args.checkpoint, env)
+        agent = RHAgent.load(args.checkpoint, env) if args.agent == "rh" else CMAESAgent(env, **options)
         spills, in_t, lat, cpu = [], [], [], []
         for i in range(args.start, args.start + args.problems):
             task = problem(i, TEST_SEED, source_container=shape)
@@ -51,8 +59,8 @@ def main() -> None:
             row = run_episode(env, agent, seed=i, task=task)
             spills.append(row["spilled"])
             in_t.append(row["in_target"])
-            lat += agent.solve_seconds
-            cpu += agent.solve_cpu_seconds
+            lat += getattr(agent, "solve_seconds", [])
+            cpu += getattr(agent, "solve_cpu_seconds", [])
             print(f"{shape} problem {i:2d} ({task.liquid_velocity:6s}): spilled {row['spilled']:.3f} "
                   f"in T {row['in_target']:.3f} left in S {row['in_source']:.3f} steps {row['steps']} "
                   f"unstable {row['sim_unstable']} ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, horizontal_travel, landing
+from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing, path_x
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
@@ -84,10 +84,11 @@ class SimplifiedMember:
         frac = out.volume / self.v0
         rim = t_y + self.t_oc[1]
         drag = self.liquid.fit.drag
-        hit = landing(out.start, out.velocity, rim, drag)
+        carried = out.carried[0]
+        hit = landing(out.start, out.velocity, rim, drag, carried)
         in_t, rp = False, 0.0
         if hit is None:                                   # never comes down to T's rim: floor
-            hit_floor = landing(out.start, out.velocity, 0.0, drag)
+            hit_floor = landing(out.start, out.velocity, 0.0, drag, carried)
             tau = hit_floor[1] if hit_floor is not None else 0.0
         else:
             x_land, tau = hit
@@ -95,14 +96,14 @@ class SimplifiedMember:
             dist = abs(x_land - tx)
             in_t = dist < self.t_half
             rp = max(0.0, 1.0 - dist / self.t_half)
-        if in_t and self.obstacles and self._blocked(out.start, out.velocity, tau):
+        if in_t and self.obstacles and self._blocked(out.start, out.velocity, carried, tau):
             in_t, rp = False, 0.0
-        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit])
+        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit, carried])
 
-    def _blocked(self, start, velocity, tau: float) -> bool:
+    def _blocked(self, start, velocity, carried: float, tau: float) -> bool:
         """Does the outflow path hit an obstacle box within its flight time ``tau``?"""
         ts = np.linspace(0.0, tau, _FLIGHT_SAMPLES)
-        px = start[0] + velocity[0] * horizontal_travel(ts, self.liquid.fit.drag)
+        px = path_x(start[0], velocity[0], ts, self.liquid.fit.drag, carried)
         py = start[1] + velocity[1] * ts - 0.5 * GRAVITY * ts * ts
         for cx, cy, w, h in self.obstacles:
             if np.any((np.abs(px - cx) < 0.5 * w) & (np.abs(py - cy) < 0.5 * h)):
@@ -159,14 +160,15 @@ class SimplifiedMember:
                        + np.asarray(t_pose[:2]))
         vel.append(np.zeros((sum(len(p) for p in pts), 2)))
         drag = self.liquid.fit.drag
-        for land, _, _, _, start, v, t0 in self.packets:
+        for land, _, _, _, start, v, t0, carried in self.packets:
             tau = time - t0
             if 0.0 <= tau <= land - t0:
                 for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
                     tt = tau - d
-                    pts.append(np.array([[start[0] + v[0] * horizontal_travel(tt, drag),
+                    pts.append(np.array([[path_x(start[0], v[0], tt, drag, carried),
                                           start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
-                    vel.append(np.array([[v[0] * math.exp(-drag * tt), v[1] - GRAVITY * tt]]))
+                    vel.append(np.array([[carried + (v[0] - carried) * math.exp(-drag * tt),
+                                          v[1] - GRAVITY * tt]]))
         if not pts:
             return np.zeros((0, 2)), np.zeros((0, 2))
         return np.concatenate(pts), np.concatenate(vel)

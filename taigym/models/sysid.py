@@ -26,8 +26,7 @@ from scipy.interpolate import PchipInterpolator
 from taigym.sim.geometry import Container, points_in_polygon
 
 from .outflow_tables import OutflowTables, outflow_tables
-from .simplified import (GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, horizontal_travel, landing,
-                         regressors)
+from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, landing, path_x, regressors
 
 DT = 0.05                          # s, the envs' control step
 WORLD_SIZE = (0.4, 0.4)            # m; S's frame origin at its centre
@@ -287,7 +286,7 @@ def jet_path(records: Sequence[PourRecord], weights: Sequence[float],
         co, so = np.cos(off), np.sin(off)
         vx, vy = rvx + u * (co * dx - so * dy), rvy + u * (so * dx + co * dy)
         tau = (vy + np.sqrt(np.maximum(vy * vy + 2.0 * GRAVITY * (y0 - level), 0.0))) / GRAVITY
-        return (x0 + vx * horizontal_travel(tau, p[2]) - x_sim) * sw
+        return (path_x(x0, vx, tau, p[2], rvx) - x_sim) * sw
 
     best = least_squares(residual, [0.0, 0.0, 10.0], bounds=([-np.pi, -np.pi, 0.0], [np.pi, np.pi, 500.0]))
     a, b, lam = best.x
@@ -318,7 +317,7 @@ def streamline_errors(records: Sequence[PourRecord], model: OutflowFit,
             lip_y = PIVOT[1] + math.sin(th1) * lip[0] + math.cos(th1) * lip[1]
             for j, d in enumerate(FLIGHT_DROPS):
                 x, _, n = rec.flight[i, j]
-                hit = landing(out.start, out.velocity, lip_y - d, model.drag) if n > 0 else None
+                hit = landing(out.start, out.velocity, lip_y - d, model.drag, out.carried[0]) if n > 0 else None
                 if hit is not None:
                     err.append(hit[0] - x)
                     wt.append(n)
