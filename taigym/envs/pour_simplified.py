@@ -51,7 +51,7 @@ class SimplifiedMember:
         self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
         self.t_oc = tuple(float(v) for v in target.opening_centre)
         self.t_half = 0.5 * target.width
-        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time]
+        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time, carried v_x]
         self.in_target = self.spilled = 0.0
         self.last = None                   # the last step's Outflow
 

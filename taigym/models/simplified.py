@@ -27,13 +27,21 @@ offset a + b lean (the jet also falls as it leaves). It then follows
     x(t) = c_x + r_x t + (v_x - r_x) (1 - exp(-lambda t)) / lambda,    y(t) = c_y + v_y t - g t^2 / 2,
 
 seed 000's outflow parabola (lambda = 0) with the jet's own horizontal speed (beyond S's rigid
-velocity r at c, which the liquid shares with S) relaxing at an identified rate lambda (1/s). Measured in the particle simulator: a jet a few grid cells thick
+velocity r at c, which the liquid shares with S) relaxing at an identified rate lambda (1/s).
+Measured in the particle simulator: a jet a few grid cells thick
 keeps falling freely but loses its horizontal speed within a few substeps (it moves with the
 grid's velocity, averaged over cells as wide as the jet), so it drops nearly vertically off the
 lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
 25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
 (seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
+
+S's acceleration a sloshes the free surface (seed 001's surges: a container braking towards its
+lip throws liquid over it): the head h and the section A are read at the lean theta + phi, phi
+the fundamental slosh mode's tilt, a damped oscillator driven towards atan(a_x / (g + a_y))
+(``SimplifiedLiquid.surface_tilt``). Tilting alone does not surge more than the regression says:
+on the sysid pours (tilt rates up to 2.8 rad/s) neither a lead nor a lag of the lean improves the
+held-out V(t) error.
 
 Coefficients are fitted per container shape and viscosity (a few viscosities, interpolated in
 log10 viscosity) and shipped in ``data/outflow_coefficients.json``; regenerate them with
@@ -201,7 +209,7 @@ class SimplifiedLiquid:
         self.speed = 0.0
         self.slosh = slosh                              # False: the free surface ignores S's acceleration
         self._velocity = (0.0, 0.0)                     # S's velocity in the last step (m/s)
-        self._tilt = (0.0, 0.0)                         # the free surface's tilt (rad) from S's acceleration, its rate (rad/s)
+        self._tilt = (0.0, 0.0)                         # surface tilt from S's acceleration (rad), its rate (rad/s)
         self._flat = self._flat_wall = None
 
     def slosh_frequency(self) -> float:
@@ -275,6 +283,10 @@ class SimplifiedLiquid:
 
     def head(self, theta: float) -> float:
         """h alone (m): the free surface's height over the pouring lip at pose angle ``theta``."""
+        return self.head_section(theta)[0]
+
+    def head_section(self, theta: float) -> tuple[float, float]:
+        """(h, A) of :meth:`lookup` alone, at pose angle ``theta`` for the current volume."""
         if self._flat is None:
             self._flatten()
         t = self.tables
@@ -285,7 +297,9 @@ class SimplifiedLiquid:
         fi, fj = li - i, vj - j
         f, k0 = self._flat, (i * n_v + j) * 4
         k1 = k0 + 4 * n_v
-        return (f[k0] + (f[k0 + 4] - f[k0]) * fj) * (1.0 - fi) + (f[k1] + (f[k1 + 4] - f[k1]) * fj) * fi
+        h, sec = [(f[k0 + q] + (f[k0 + 4 + q] - f[k0 + q]) * fj) * (1.0 - fi) +
+                  (f[k1 + q] + (f[k1 + 4 + q] - f[k1 + q]) * fj) * fi for q in range(2)]
+        return h, (sec if h > 0.0 else 0.0)
 
     def step(self, pose, velocity, theta_prev: float, dt: float) -> Outflow:
         """Advance by ``dt`` s with S at ``pose`` = (x, y, theta) moving at ``velocity`` =
@@ -296,10 +310,13 @@ class SimplifiedLiquid:
         surges over it)."""
         x, y, th = (float(v) for v in pose)             # Python floats: NumPy scalars are slower
         vx, vy, om = (float(v) for v in velocity)
-        h, a, cx, cy, drop, dx, dy = self.lookup(th)
         tilt = self.surface_tilt(vx, vy, dt) if self.slosh else 0.0
-        if tilt != 0.0:
-            h, a = self.lookup(th + tilt)[:2]
+        if (th + tilt) * th > 0.0 or tilt == 0.0:
+            h, a, cx, cy, drop, dx, dy = self.lookup(th)
+            if tilt != 0.0:
+                h, a = self.head_section(th + tilt)
+        else:                                           # sloshed past upright: over the other lip
+            h, a, cx, cy, drop, dx, dy = self.lookup(th + tilt)
         c, s = math.cos(th), math.sin(th)
         wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
         if a <= 0.0 or self.volume <= 0.0:
