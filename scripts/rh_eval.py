@@ -3,7 +3,9 @@
     python scripts/rh_eval.py --checkpoint runs/train/rh/.../agent.pt [--problems 30] [--shapes rect frustum]
     python scripts/rh_eval.py --agent cmaes --shapes rect    # the CMA-ES teacher on the same problems
 
-Runs ``rh`` on ``--problems`` problems drawn like the training problems but from another seed
+Runs ``rh`` (or, with ``--agent cmaes``, its CMA-ES teacher, which plans each problem once in
+the simplified env; ``--option key=value`` sets its options; no per-step latency) on
+``--problems`` problems drawn like the training problems but from another seed
 (``taigym.data.cmaes_dataset.problem(i, TEST_SEED)``: rect S, even i TRANSFER+ZERO, odd i
 TRANSFER+FOLLOW), once per source shape in ``--shapes`` (``frustum``: the conic container, held
 out of training; the problems are otherwise identical), in Pour-v0 with ``--fidelity``
