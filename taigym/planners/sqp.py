@@ -2,12 +2,13 @@
 
 The decision variables are S's poses z_i = (x_i, y_i, theta_i) at ``nodes`` control steps of
 ``dt`` seconds after the start pose z_0. The liquid is seed 000's simplified model
-(:mod:`taigym.models.simplified`), rolled out along the trajectory. The objective (seed 000
+(:mod:`taigym.models.simplified`), rolled out along the trajectory; its outflow path is seed 000's
+parabola with the jet's identified horizontal drag. The objective (seed 000
 Eq. 7 and §IV-C) is a sum of squares
 
 | term | residual | scale |
 |------|----------|-------|
-| pour | sqrt(f_i) (landing point of the outflow parabola at T's rim height - T's opening centre at that time) | T's half opening |
+| pour | sqrt(f_i) (landing point of the outflow path at T's rim height - T's opening centre at that time) | T's half opening |
 | smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1}, from i = 0 with z_{-1} = z_0 - dt * S's start velocity | ``smooth_scale`` per axis |
 | guide | theta_N - final lean (towards T) | ``guide_scale`` |
 
@@ -15,8 +16,10 @@ f_i is the fraction of the liquid that leaves S in step i (the paper weights by 
 cross-section A; A u dt is the volume that leaves, so this is the same weighting made
 dimensionless). If a jet never comes down to T's rim, its residual is the apex's horizontal
 error and its shortfall in height. The outflow is not one speed: its slowest part leaves with S's
-own velocity and dribbles off the lip, so the same residual for u = 0 is added with weight
-``dribble_weight``: the planner keeps both ends of the outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
+own velocity and dribbles off the lip, its fastest keeps the jet's speed on seed 000's drag-free
+parabola (in FLIP the thin jet's drag spreads the outflow between the two), so the same residual
+for both ends is added with weight ``dribble_weight``: the planner keeps both ends of the
+outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
 scale), the tilt limit, and no collision: S's walls as circles against T's walls (moving with
 T), the obstacles' boxes, the floor and the scene's edges, each as an L1 penalty with a slack
 per node and obstacle (TrajOpt's exact penalty, seed 000 §V).
@@ -41,7 +44,8 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import GRAVITY, OutflowFit, fit_for, jet_directions, regressors_array
+from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, horizontal_travel, jet_directions,
+                                      regressors_array)
 from taigym.sim.geometry import Box, Container
 
 
@@ -56,7 +60,7 @@ class SQPConfig:
     smooth_scale: tuple = (0.004, 0.004, 0.02)  #: Laplacian per axis counted as one unit of cost
     guide_scale: float = 0.05                 #: rad
     pour_weight: float = 30.0                 #: weight of the pour term against the others
-    dribble_weight: float = 0.5               #: weight of the dribble's landing error (u = 0)
+    dribble_weight: float = 0.5               #: weight of the fan's ends' landing errors
     clearance: float = 0.004                  #: m kept between S's walls and any obstacle
     penalty: float = 300.0                    #: initial L1 penalty on collision (per m of overlap)
     max_penalty_increases: int = 3
@@ -169,14 +173,15 @@ class _Rollout:
         self.rims = prob.target_path(self.times)[:, 1] + self.oc[1]
 
     def __call__(self, poses: np.ndarray):
-        """poses (M, N + 1, 3) -> (residuals (M, N, 4) in m: the jet's landing error and height
-        shortfall, the same for a dribble; fraction leaving (M, N); jet lands in T (M, N))."""
+        """poses (M, N + 1, 3) -> (residuals (M, N, 6) in m: the jet's landing error and height
+        shortfall, the same for the fan's two ends, a dribble and a drag-free jet; fraction
+        leaving (M, N); jet lands in T (M, N))."""
         p, cfg, t = self.p, self.cfg, self.t
         M, N = poses.shape[0], cfg.nodes
         fit = p.fit
         vol = np.full(M, p.volume)
         u = np.full(M, p.speed)
-        res = np.zeros((M, N, 4))
+        res = np.zeros((M, N, 6))
         frac = np.zeros((M, N))
         hit = np.zeros((M, N))
         for i in range(1, N + 1):
@@ -201,20 +206,22 @@ class _Rollout:
             jx = (x - poses[:, i - 1, 0]) / cfg.dt - om * (wy - y) + u * dx
             jy = (y - poses[:, i - 1, 1]) / cfg.dt + om * (wx - x) + u * dy
             res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i)
-            # the slowest liquid leaves with S's velocity only and dribbles off the lip
-            res[:, i - 1, 2:], _ = self._landing(wx, wy, jx - u * dx, jy - u * dy, i)
+            # the fan's ends: the slowest liquid leaves with S's velocity only and dribbles off
+            # the lip; the fastest keeps the jet's speed (seed 000's parabola, no drag)
+            res[:, i - 1, 2:4], _ = self._landing(wx, wy, jx - u * dx, jy - u * dy, i)
+            res[:, i - 1, 4:], _ = self._landing(wx, wy, jx, jy, i, drag=0.0)
         res[..., 2:] *= cfg.dribble_weight
         return res, frac, hit
 
-    def _landing(self, x0, y0, vx, vy, i: int):
+    def _landing(self, x0, y0, vx, vy, i: int, drag: float | None = None):
         """Residual (M, 2) of jets emitted at node i against T's opening (where T is when they
-        land), and whether each lands inside it."""
+        land), and whether each lands inside it; ``drag`` (1/s): the model's unless given."""
         rim, t_emit = self.rims[i], self.times[i]
         disc = vy * vy + 2.0 * GRAVITY * (y0 - rim)
         ok = disc >= 0.0
         tau = np.where(ok, (vy + np.sqrt(np.maximum(disc, 0.0))) / GRAVITY,
                        np.maximum(vy, 0.0) / GRAVITY)              # else: the apex
-        x_hit = x0 + vx * tau
+        x_hit = x0 + vx * horizontal_travel(tau, self.p.fit.drag if drag is None else drag)
         tx = self.p.target_path(t_emit + tau)[:, 0] + self.oc[0]
         err_x = x_hit - tx
         short = np.where(ok, 0.0, -disc / (2.0 * GRAVITY))         # rim - apex height, m
