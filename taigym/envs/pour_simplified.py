@@ -46,7 +46,10 @@ class SimplifiedMember:
     def __init__(self, task, source, target, obstacles: tuple = ()):
         self.task, self.source, self.target = task, source, target
         self.v0 = source.liquid_area(task.fill)
-        self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity))
+        # the liquid starts at rest, or moving with S (seed 001's TRANSFER+FOLLOW)
+        follow = task.liquid_velocity == "follow"
+        self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity),
+                                       velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
         self.obstacles = tuple(tuple(map(float, o)) for o in obstacles)
         self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
         self.t_oc = tuple(float(v) for v in target.opening_centre)

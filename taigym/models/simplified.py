@@ -199,7 +199,8 @@ class SimplifiedLiquid:
     """The (V, u) state of the liquid in one source container, stepped per control step."""
 
     def __init__(self, shape: Container, volume: float, fit: OutflowFit,
-                 tables: OutflowTables | None = None, slosh: bool = True):
+                 tables: OutflowTables | None = None, slosh: bool = True,
+                 velocity: tuple[float, float] = (0.0, 0.0)):
         if volume < 0 or not math.isfinite(volume):
             raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
         self.shape = shape
@@ -208,9 +209,17 @@ class SimplifiedLiquid:
         self.volume = float(min(volume, self.tables.capacity))
         self.speed = 0.0
         self.slosh = slosh                              # False: the free surface ignores S's acceleration
-        self._velocity = (0.0, 0.0)                     # S's velocity in the last step (m/s)
+        # the velocity (m/s) the liquid last moved with S: S's in the last step; at the start the
+        # liquid's own (S may start moving under liquid at rest: a velocity step, a slosh)
+        self._velocity = (float(velocity[0]), float(velocity[1]))
         self._tilt = (0.0, 0.0)                         # surface tilt from S's acceleration (rad), its rate (rad/s)
         self._flat = self._flat_wall = None
+
+    @property
+    def surface(self) -> tuple[float, float, float, float]:
+        """The slosh state: the free surface's tilt (rad), its rate (rad/s) and the velocity
+        (m/s, x and y) of S it last saw (for a planner starting from this state)."""
+        return (*self._tilt, *self._velocity)
 
     def slosh_frequency(self) -> float:
         """omega (rad/s) of the liquid's fundamental slosh mode across S's width W at the
@@ -330,6 +339,27 @@ class SimplifiedLiquid:
         # S's rigid velocity at the section's centroid plus the jet's own
         rx, ry = vx - om * (wy - y), vy + om * (wx - x)
         return Outflow(out, u, a, (wx, wy), (rx + u * dx, ry + u * dy), (rx, ry))
+
+
+def slosh_array(tilt, rate, velocity, previous, volume, width: float, dt: float):
+    """:meth:`SimplifiedLiquid.surface_tilt` on arrays of trajectories (for batched rollouts),
+    step for step the same numbers (the same substeps per trajectory): tilt, rate (rad, rad/s)
+    after ``dt`` s with S at ``velocity`` (2, M) having moved at ``previous`` (2, M) the step
+    before, holding ``volume`` (M,) in a container ``width`` m wide."""
+    vx, vy = velocity
+    px, py = previous
+    at_rest = (vx == px) & (vy == py) & (np.abs(tilt) < 1e-4) & (np.abs(rate) < 1e-3)
+    target = np.arctan2((vx - px) / dt, np.maximum(GRAVITY + (vy - py) / dt, 0.1 * GRAVITY))
+    depth = np.maximum(volume / width, 1e-4)
+    om = np.sqrt(math.pi * GRAVITY / width * np.tanh(math.pi * depth / width))
+    n = np.maximum(1, np.ceil(dt * om / 0.1))
+    h = dt / n
+    phi, r = np.array(tilt, np.float64), np.array(rate, np.float64)
+    for k in range(int(n.max())):
+        live = k < n
+        r = np.where(live, r + h * (-om * om * (phi - target) - 2.0 * SLOSH_DAMPING * om * r), r)
+        phi = np.where(live, phi + h * r, phi)
+    return np.where(at_rest, 0.0, phi), np.where(at_rest, 0.0, r)
 
 
 def horizontal_travel(t, drag: float):
