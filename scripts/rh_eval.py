@@ -2,8 +2,11 @@
 
     python scripts/rh_eval.py [--checkpoint runs/train/rh/.../agent.pt] [--problems 30] [--shapes rect frustum]
                               [--only 8 19] [--seed 20260417 --start 160] [--set flow_gain=0]
+    python scripts/rh_eval.py --agent cmaes --shapes rect    # the CMA-ES teacher on the same problems
 
-Runs ``rh`` on ``--problems`` problems drawn like the training problems but from another seed
+Runs ``rh`` (or, with ``--agent cmaes``, its CMA-ES teacher, which plans each problem once in
+the simplified env; ``--set key=value`` sets its options, CMAESConfig fields; no per-step latency) on
+``--problems`` problems drawn like the training problems but from another seed
 (``taigym.data.cmaes_dataset.problem(i, TEST_SEED)``: rect S, even i TRANSFER+ZERO, odd i
 TRANSFER+FOLLOW), once per source shape in ``--shapes`` (``frustum``: the conic container, held
 out of training; the problems are otherwise identical), in Pour-v0 with ``--fidelity``
@@ -31,13 +34,15 @@ import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402,F401
 from taigym.agents.base import run_episode  # noqa: E402
+from taigym.agents.cmaes import CMAESAgent  # noqa: E402
 from taigym.agents.rh import SHIPPED_CHECKPOINT, RHAgent, latency_summary  # noqa: E402
 from taigym.data.cmaes_dataset import TEST_SEED, problem  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT))
+    ap.add_argument("--agent", default="rh", choices=("rh", "cmaes"))
+    ap.add_argument("--checkpoint", default=str(SHIPPED_CHECKPOINT), help="the rh agent's checkpoint")
     ap.add_argument("--problems", type=int, default=30)
     ap.add_argument("--start", type=int, default=0, help="first problem index")
     ap.add_argument("--only", type=int, nargs="+", help="run only these problem indices")
@@ -45,18 +50,19 @@ def main() -> None:
     ap.add_argument("--jitter", type=int, default=0,
                     help="added to each problem's reset seed (the particles' jitter; same tasks)")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="planner options, e.g. flow_gain=0 (JSON values)")
+                    help="agent options, e.g. flow_gain=0 for rh, free_jet_weight=0 for cmaes (JSON values)")
     ap.add_argument("--shapes", nargs="+", default=["rect", "frustum"])
     ap.add_argument("--fidelity", default="particles", choices=("particles", "simplified"))
     ap.add_argument("--resolution", type=int, default=128)
     args = ap.parse_args()
     opts = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
     ids = args.only if args.only else list(range(args.start, args.start + args.problems))
-    out: dict = {"fidelity": args.fidelity, "seed": args.seed, "jitter": args.jitter, "problems": ids, "options": opts}
+    out: dict = {"agent": args.agent, "fidelity": args.fidelity, "seed": args.seed, "jitter": args.jitter,
+                 "problems": ids, "options": opts}
     t_all = time.perf_counter()
     for shape in args.shapes:
         env = gym.make("taigym/Pour-v0", fidelity=args.fidelity, resolution=args.resolution)
-        agent = RHAgent.load(args.checkpoint, env, **opts)
+        agent = RHAgent.load(args.checkpoint, env, **opts) if args.agent == "rh" else CMAESAgent(env, **opts)
         spills, in_t, lat, cpu = [], [], [], []
         for i in ids:
             task = problem(i, args.seed, source_container=shape)
@@ -64,8 +70,8 @@ def main() -> None:
             row = run_episode(env, agent, seed=i + args.jitter, task=task)
             spills.append(row["spilled"])
             in_t.append(row["in_target"])
-            lat += agent.solve_seconds
-            cpu += agent.solve_cpu_seconds
+            lat += getattr(agent, "solve_seconds", [])
+            cpu += getattr(agent, "solve_cpu_seconds", [])
             print(f"{shape} problem {i:2d} ({task.liquid_velocity:6s}): spilled {row['spilled']:.3f} "
                   f"in T {row['in_target']:.3f} left in S {row['in_source']:.3f} steps {row['steps']} "
                   f"unstable {row['sim_unstable']} ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -27,6 +27,7 @@ os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
 import numpy as np  # noqa: E402
 
+from taigym.envs.pour import make_config  # noqa: E402
 from taigym.envs.pour_tasks import sample_task  # noqa: E402
 from taigym.models import sysid  # noqa: E402
 from taigym.models.simplified import TERMS, _default_path  # noqa: E402
@@ -37,7 +38,10 @@ CANDIDATE_TERMS = (
     ("bernoulli", "wall_slide", "previous", "constant"),
     TERMS,                                                       # all five
 )
-WALL = 0.01                                                      # m, container walls
+# the particle env's grid and walls at its default resolution: the model stands in for that
+# solver, whose thin jets depend on the cell size
+ENV = make_config()
+CELLS = int(round(sysid.WORLD_SIZE[0] / ENV.dx))                   # across the 0.4 m world
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -50,18 +54,18 @@ def _atomic_write(path: Path, write) -> None:
 
 def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Path) -> list:
     """The simulated pours of one (shape, viscosity), from the record file or simulated."""
-    # v2: records with the mean velocity vector of the outflow (older files hold speeds only)
-    path = out / "records" / f"{shape}_{viscosity:g}_{n}_{cells}_v2.npz"
+    # v3: records with the outflow's mean velocity and its streamlines (older files lack them)
+    path = out / "records" / f"{shape}_{viscosity:g}_{n}_{cells}_v3.npz"
     rng = np.random.default_rng([sum(map(ord, shape)), n])   # same pours for every viscosity
     tasks = [sample_task(rng, source_container=shape) for _ in range(n)]
-    containers = [t.source_shape(WALL) for t in tasks]
+    wall = max(ENV.wall_thickness, 2.0 * sysid.WORLD_SIZE[0] / cells * (1.0 + 1e-9))
+    containers = [t.source_shape(wall) for t in tasks]
     fills = [t.fill for t in tasks]
     curves = [sysid.monotone_tilt_curve(rng, 100) for _ in range(n)]
     if path.exists():
         z = np.load(path)
-        vel = z["velocity"] if "velocity" in z.files else None    # older records: speeds only
         return [sysid.PourRecord(c, f, viscosity, z["lean"][i], z["volume"][i], z["speed"][i],
-                                 z["crossed"][i], None if vel is None else vel[i])
+                                 z["crossed"][i], z["velocity"][i], z["flight"][i])
                 for i, (c, f) in enumerate(zip(containers, fills))]
     t0 = time.perf_counter()
     recs = sysid.simulate_pours(
@@ -71,7 +75,7 @@ def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Pat
     _atomic_write(path, lambda f: np.savez(
         f, lean=np.stack([r.lean for r in recs]), volume=np.stack([r.volume for r in recs]),
         speed=np.stack([r.speed for r in recs]), crossed=np.stack([r.crossed for r in recs]),
-        velocity=np.stack([r.velocity for r in recs])))
+        velocity=np.stack([r.velocity for r in recs]), flight=np.stack([r.flight for r in recs])))
     return recs
 
 
@@ -81,7 +85,8 @@ def main() -> None:
     ap.add_argument("--viscosities", nargs="+", type=float, default=[1e-3, 1e-2, 0.1])
     ap.add_argument("--curves", type=int, default=64, help="pours per shape and viscosity")
     ap.add_argument("--held-out", type=float, default=0.25, help="fraction of pours held out")
-    ap.add_argument("--cells", type=int, default=128, help="grid cells across the 0.4 m world")
+    ap.add_argument("--cells", type=int, default=CELLS,
+                    help="grid cells across the 0.4 m world (default: the Pour env's cell size)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", type=Path, default=Path("out/sysid"))
     ap.add_argument("--coefficients", type=Path, default=_default_path())
@@ -110,19 +115,24 @@ def main() -> None:
         e = [sysid.prediction_errors(r, f) for r in test]
         eb = [sysid.prediction_errors(r, bern) for r in test]
         ev, eu = np.mean([x["volume"] for x in e]), np.mean([x["speed"] for x in e])
+        jet_rms, jet_mean = sysid.streamline_errors(test, f)
         rows.append((shape, mu, len(train), len(test), ev, eu,
-                     np.mean([x["volume"] for x in eb]), np.mean([x["speed"] for x in eb]), f))
+                     np.mean([x["volume"] for x in eb]), np.mean([x["speed"] for x in eb]), f,
+                     jet_rms, jet_mean))
         fits.append(f.to_dict())
-        figures[f"{shape}_{mu:g}"] = {"volume_rms": round(float(ev), 4), "speed_mae": round(float(eu), 4)}
+        figures[f"{shape}_{mu:g}"] = {"volume_rms": round(float(ev), 4), "speed_mae": round(float(eu), 4),
+                                      "jet_rms_mm": round(1000 * jet_rms, 1)}
 
     lines = ["| shape | viscosity (Pa s) | train / held-out pours | V(t) RMS error / V0 | u mean abs error / mean u | "
-             "Bernoulli only: V, u | discharge k | jet offset at lean 1, 2 rad (deg) | weights |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for shape, mu, ntr, nte, ev, eu, bv, bu, f in rows:
+             "Bernoulli only: V, u | jet path error 2-8 cm below the lip: RMS, mean (mm) | discharge k | "
+             "jet offset at lean 1, 2 rad (deg) | jet drag lambda (1/s) | weights |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for shape, mu, ntr, nte, ev, eu, bv, bu, f, jr, jm in rows:
         w = ", ".join(f"{t} {x:+.3f}" for t, x in zip(f.terms, f.weights))
         a, b = f.direction
         lines.append(f"| {shape} | {mu:g} | {ntr} / {nte} | {ev:.3f} | {eu:.3f} | {bv:.3f}, {bu:.3f} | "
-                     f"{f.discharge:.3f} | {np.degrees(a + b):+.0f}, {np.degrees(a + 2 * b):+.0f} | {w} |")
+                     f"{1000 * jr:.1f}, {1000 * jm:+.1f} | {f.discharge:.3f} | "
+                     f"{np.degrees(a + b):+.0f}, {np.degrees(a + 2 * b):+.0f} | {f.drag:.1f} | {w} |")
     lines += ["", "Regressor sets (mean held-out error over all shapes and viscosities: V, u):"]
     lines += [f"- {', '.join(t)}: {v:.3f}, {u:.3f}{'  <- chosen' if t == best else ''}"
               for t, (v, u) in scores.items()]

@@ -156,9 +156,9 @@ def _train_cfg(run_overrides: list[str]):
 
 
 def test_ppo_improves_over_random_on_a_small_problem(tmp_path):
-    """One fixed task (env=pour_simplified_tilt: S nearly full over a wide static T): 8192 PPO
-    steps (~6 s) pour a good part of the liquid into T (0.3-0.7 depending on the identified
-    outflow model); random actions get ~5-10 % in and spill."""
+    """One fixed task (env=pour_simplified_tilt: S nearly full, its right lip over a wide static
+    T): random actions, tilting either way, get ~40 % in and spill ~50 % (return about -1);
+    8192 PPO steps (~6 s) learn not to spill (return about 0; pouring takes longer to learn)."""
     from taigym.apps.evaluate import run_agent
     from taigym.apps.train import run_training
 
@@ -168,8 +168,8 @@ def test_ppo_improves_over_random_on_a_small_problem(tmp_path):
     ppo = json.loads((tmp_path / "metrics.json").read_text())["aggregate"]
     rows, _ = run_agent(cfg.env, {"name": "random"}, None, episodes=3, seed=0)
     rnd = _common.aggregate(rows)
-    assert ppo["mean_in_target"] > rnd["mean_in_target"] + 0.2, (ppo, rnd)
-    assert ppo["mean_return"] > rnd["mean_return"] + 0.2, (ppo, rnd)
+    assert ppo["mean_spilled"] < rnd["mean_spilled"] - 0.2, (ppo, rnd)
+    assert ppo["mean_return"] > rnd["mean_return"] + 0.5, (ppo, rnd)
     assert ppo["latency_ms"] < 5.0
     # the saved agent loads through the registry class and acts like the trained one
     from taigym.apps._common import build_agent, make_env

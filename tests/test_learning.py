@@ -198,7 +198,8 @@ def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
     from taigym.apps import demos
 
     monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
-    args = ["env=pour", "agent=scripted", "episodes=6", f"out={tmp_path}", "progress=false",
+    # train tasks 16-21: the scripted expert fails task 19 in the simplified env
+    args = ["env=pour", "agent=scripted", "episodes=6", "start=16", f"out={tmp_path}", "progress=false",
             "dataset_id=test/pour/scripted-v0"]
     real = collect_mod.rollout
     calls = []
@@ -216,7 +217,7 @@ def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
     calls.clear()
     monkeypatch.setattr(collect_mod, "rollout", lambda *a, **k: calls.append(k["task_index"]) or real(*a, **k))
     assert demos.main(args) == 0
-    assert calls == [3, 4, 5]                                       # only the missing episodes ran
+    assert calls == [19, 20, 21]                                    # only the missing episodes ran
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 6 and summary["kept"] + summary["filtered"] == 6
     assert 0 < summary["kept"] < 6                                  # (the scripted expert fails some)

@@ -56,9 +56,10 @@ def test_monotone_coordinates_map_to_shrinking_gaps():
 def test_cmaes_improves_reward_over_its_initial_mean():
     env = make_env()
     task = problem(2)
-    res = plan_task(task, env, CMAESConfig(popsize=6, max_iterations=5))
-    r0, _ = rollout(env, task, trajectory(np.full((5, 3), 0.5), Reference(task, 0.0125), CMAESConfig()),
-                    dribble_weight=0.5)
+    res = plan_task(task, env, CMAESConfig())
+    cfg = CMAESConfig()
+    r0, _ = rollout(env, task, trajectory(np.full((5, 3), 0.5), Reference(task, 0.0125), cfg),
+                    dribble_weight=cfg.dribble_weight, free_jet_weight=cfg.free_jet_weight)
     assert res.initial_reward == pytest.approx(r0)           # z = 0: every gap halves
     assert np.all(np.diff(res.history) >= 0.0)
     assert res.reward > res.initial_reward + 1.0, (res.initial_reward, res.reward)

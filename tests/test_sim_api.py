@@ -109,6 +109,21 @@ def test_blow_up_sets_the_flag_and_keeps_the_state():
     assert not world.unstable
 
 
+def test_nan_velocity_sets_the_blow_up_flag():
+    """A NaN in the liquid (the pressure solve can produce one when S's wall is pressed into T's
+    liquid) is a blow-up: not a scene that runs on with its particles clamped into a corner."""
+    world = sim.World2D(size=(0.25, 0.2), cells=80, max_particles=2000)
+    world.add_liquid_rect(0.05, 0.05, 0.1, 0.1)
+    world.build()
+    world.advance(0.01)
+    assert not world.unstable
+    v = world._solver.v.to_numpy()
+    v[0, 0] = np.nan
+    world._solver.v.from_numpy(v)
+    world.advance(0.01)
+    assert world.unstable and world.diagnostics()["unstable"]
+
+
 def test_gpu_request_without_gpu_falls_back_to_cpu():
     sim.World2D(size=(0.25, 0.2), cells=80).build()  # Taichi is up on the CPU
     with warnings.catch_warnings(record=True) as caught:

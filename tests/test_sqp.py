@@ -101,22 +101,37 @@ def test_agent_replans_from_a_later_state():
     assert len(agent.plan.poses) < 80                    # the last plan started mid-episode
 
 
-def test_planner_rollout_is_the_simplified_model():
-    """The planner's batched rollout gives the same outflow as stepping SimplifiedLiquid."""
-    from taigym.models.simplified import SimplifiedLiquid
-    from taigym.planners.sqp import _Rollout, initial_trajectory
+@pytest.mark.parametrize("follow", [False, True])
+def test_planner_rollout_is_the_simplified_model(follow):
+    """What the planner plans is what the simplified env simulates: its batched rollout gives,
+    step for step, the outflow volume and the jet's landing point of stepping SimplifiedLiquid
+    as the env does (the slosh of S's acceleration, the jet drag sparing S's own velocity),
+    from liquid at rest or moving with S."""
     from taigym.models.outflow_tables import outflow_tables
+    from taigym.models.simplified import SimplifiedLiquid, landing
+    from taigym.planners.sqp import _Rollout, initial_trajectory
 
     task = tasks("pour", split="eval")[3]
+    if follow:
+        task = dataclasses.replace(task, liquid_velocity="follow", source_velocity=(0.15, 0.0))
     prob = PourProblem.from_task(task)
     poses = initial_trajectory(prob, CFG)
-    _, frac, _ = _Rollout(prob, CFG, outflow_tables(prob.source))(poses[None])
-    liquid = SimplifiedLiquid(prob.source, prob.volume, prob.fit)
+    roll = _Rollout(prob, CFG, outflow_tables(prob.source))
+    res, frac, _ = roll(poses[None])
+    liquid = SimplifiedLiquid(prob.source, prob.volume, prob.fit, velocity=prob.surface[2:])
+    tilts, flowing = [], 0
     for i in range(1, len(poses)):
         vel = (poses[i] - poses[i - 1]) / CFG.dt
         out = liquid.step(poses[i], vel, poses[i - 1, 2], CFG.dt)
+        tilts.append(liquid.surface[0])
         assert frac[0, i - 1] * prob.initial_volume == pytest.approx(out.volume, rel=1e-6, abs=1e-12)
-    assert frac.sum() > 0.5
+        hit = landing(out.start, out.velocity, roll.rims[i], prob.fit.drag, out.carried[0])
+        if out.volume > 0 and hit is not None:
+            tx = prob.target_path(np.array([roll.times[i] + hit[1]]))[0, 0] + roll.oc[0]
+            assert res[0, i - 1, 0] == pytest.approx(hit[0] - tx, abs=1e-9)
+            flowing += 1
+    assert frac.sum() > 0.5 and flowing > 10
+    assert max(np.abs(tilts)) > 0.05                       # S's accelerations did slosh the surface
 
 
 def test_replan_on_its_own_path_keeps_the_plan():
@@ -135,4 +150,6 @@ def test_replan_on_its_own_path_keeps_the_plan():
         relabeller.replan(info)
         diffs.append(np.abs(relabeller.act(obs, info) - a))
         obs, _, _, _, info = env.step(a)
-    assert np.mean(diffs, axis=0).max() < 0.1, np.mean(diffs, axis=0)  # of the [-1, 1] action
+    # of the [-1, 1] action; with the slosh in the planner's model its SQP stops at less
+    # reproducible local optima (measured 0.07, 0.04, 0.11; without the slosh 0.002-0.02)
+    assert np.mean(diffs, axis=0).max() < 0.15, np.mean(diffs, axis=0)

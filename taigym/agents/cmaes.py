@@ -80,19 +80,22 @@ def not_in_target(info: dict) -> float:
     return float(info["spilled"]) + max(rest - EMPTY_ALLOWANCE, 0.0)
 
 
-def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_oc) -> float:
+def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_oc,
+                   free_jet: bool = False) -> float:
     """R_p of the slowest liquid of the last step's outflow, times the fraction that left: it
     leaves the lip with S's rigid velocity only (the jet's own speed spreads it from there to
-    the full jet, seed 000's fan), and lands where that parabola comes down through T's rim."""
+    the full jet, seed 000's fan), and lands where that parabola comes down through T's rim.
+    With ``free_jet``, of the fan's fast end instead: the full jet without drag (a surge of a
+    fast tilt is thick and keeps its speed; the drag was identified on thin jets)."""
     from taigym.models.simplified import landing
 
     est = env.unwrapped.outflow()
     if est is None or fraction <= 0.0:
         return 0.0
-    (wx, wy), _ = est
+    (wx, wy), jet = est
     t = float(info["time"])
     rim = float(info["target_pose"][1]) + float(t_oc[1])
-    hit = landing((wx, wy), rigid_velocity(info, wx, wy), rim)
+    hit = landing((wx, wy), tuple(jet) if free_jet else rigid_velocity(info, wx, wy), rim)
     if hit is None:
         return SPILL_REWARD * fraction
     dist = abs(hit[0] - (task.target_pose_at(t + hit[1])[0] + float(t_oc[0])))
@@ -100,14 +103,15 @@ def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_
 
 
 def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: int = 25,
-            lean: float = 2.3, seed: int = 0, dribble_weight: float = 0.0):
+            lean: float = 2.3, seed: int = 0, dribble_weight: float = 0.0, free_jet_weight: float = 0.0):
     """Run the trajectory ``poses`` (nodes + 1, 3) on ``task`` in ``env`` (tracking, closed
     loop); returns (R / N, details) and, with ``record``, (observations (T, D), labels
     (T, len(LABELS))) of every visited state before the episode's end.
 
     With ``dribble_weight`` > 0 the reward adds that weight times the R_p of the outflow's
     slowest part (:func:`dribble_reward`): the whole fan, not only its mean jet, must land in T,
-    which keeps pours planned with the simplified model inside T in the particle simulator.
+    which keeps pours planned with the simplified model inside T in the particle simulator;
+    ``free_jet_weight`` likewise adds the R_p of its fast end, the jet without drag.
 
     The mean-trajectory prior's labels (alpha, beta, gamma) at step k are the ratios of S's
     gaps to the references (:class:`~taigym.planners.cmaes.Reference`) ``prior_steps`` steps
@@ -119,7 +123,7 @@ def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: 
     obs_list, out_list, pose_list = [obs], [np.zeros(5)], [info["source_pose"].copy()]
     earned, dribble, k = 0.0, 0.0, 0
     done = False
-    if dribble_weight > 0.0:
+    if dribble_weight > 0.0 or free_jet_weight > 0.0:
         tshape = task.target_shape(wall)
         half, t_oc = 0.5 * tshape.width, tshape.opening_centre
     while not done:
@@ -129,14 +133,17 @@ def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: 
         obs, _, terminated, truncated, info = u.step(a)
         earned += float(info["reward_target"])
         done = terminated or truncated
+        left = max(prev - float(info["in_source"]), 0.0)
         if dribble_weight > 0.0:
-            dribble += dribble_reward(env, task, info, max(prev - float(info["in_source"]), 0.0), half, t_oc)
+            dribble += dribble_weight * dribble_reward(env, task, info, left, half, t_oc)
+        if free_jet_weight > 0.0:
+            dribble += free_jet_weight * dribble_reward(env, task, info, left, half, t_oc, free_jet=True)
         if record:
             out_list.append(outflow_labels(env, info, prev, dt))
             pose_list.append(info["source_pose"].copy())
             if not done:
                 obs_list.append(obs)
-    reward = earned + SPILL_REWARD * not_in_target(info) + dribble_weight * dribble
+    reward = earned + SPILL_REWARD * not_in_target(info) + dribble
     details = {k_: float(info[k_]) for k_ in ("in_target", "spilled", "in_source", "in_flight")}
     details["steps"] = k
     if not record:
@@ -170,7 +177,8 @@ def plan_task(task, planning_env, cfg: CMAESConfig) -> CMAESResult:
     _, wall, _ = env_constants(planning_env)
     ref = Reference(task, wall, cfg.lean)
     return search(ref, lambda poses: rollout(planning_env, task, poses, lean=cfg.lean,
-                                             dribble_weight=cfg.dribble_weight), cfg)
+                                             dribble_weight=cfg.dribble_weight,
+                                             free_jet_weight=cfg.free_jet_weight), cfg)
 
 
 class CMAESAgent(Agent):

@@ -79,20 +79,23 @@ class SQPAgent(Agent):
         prob = PourProblem.from_task(
             task, wall_thickness=wall, pose=info.get("source_pose"),
             velocity=info.get("source_velocity"), time=t,
-            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), speed=self._outflow_speed())
+            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), **self._liquid_state())
         plan = plan_pour(prob, cfg, init=self._warm_start(task, t, nodes, prob.start_pose))
         self.planning_seconds += plan.wall_time
         self.plan, self._task, self._step = plan, task, 0
         return plan
 
-    def _outflow_speed(self) -> float:
-        """S's outflow speed u (m/s) now: besides the volume, the state of the planner's liquid
-        model. Read from the env's simplified liquid when it has one; else 0 (liquid at rest).
-        Without it a replan in mid-pour assumes the outflow restarts from rest and tilts S
-        further than the plan it replaces (inconsistent DAgger labels)."""
+    def _liquid_state(self) -> dict:
+        """S's outflow speed u (m/s) and slosh state now: besides the volume, the state of the
+        planner's liquid model. Read from the env's simplified liquid when it has one; else u = 0
+        and a flat surface (liquid at rest in S). Without it a replan in mid-pour assumes the
+        outflow restarts from rest and tilts S further than the plan it replaces (inconsistent
+        DAgger labels)."""
         members = getattr(getattr(self.env.unwrapped, "_batch", None), "members", None)
         liq = getattr(members[0], "liq", None) if members else None
-        return float(liq.liquid.speed) if liq is not None else 0.0
+        if liq is None:
+            return {"speed": 0.0}
+        return {"speed": float(liq.liquid.speed), "surface": liq.liquid.surface}
 
     def _warm_start(self, task, t: float, nodes: int, pose) -> np.ndarray | None:
         """The rest of the current plan from time t (held at its end), starting at ``pose``: a

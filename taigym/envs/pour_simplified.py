@@ -2,7 +2,8 @@
 
 Instead of particles, the liquid in S is its volume V and outflow speed u
 (:class:`taigym.models.simplified.SimplifiedLiquid`). What leaves S in a step is a packet that
-follows the outflow parabola; it lands where the parabola comes down through T's rim height:
+follows the outflow path (seed 000's parabola with the jet's identified horizontal drag); it
+lands where that path comes down through T's rim height:
 inside T's opening it counts as in T (earning seed 001's R_p for its distance from the opening
 centre), anywhere else, or if it hits an obstacle on the way, as spilled. Until it lands it is in
 flight. The free surface in S is flat at the level that holds V (the lookup tables), which gives
@@ -15,11 +16,11 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing
+from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing, path_x
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
-_FLIGHT_SAMPLES = 8             # points per parabola checked against the obstacles
+_FLIGHT_SAMPLES = 8             # points per outflow path checked against the obstacles
 
 
 def _columns(poly: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,12 +46,15 @@ class SimplifiedMember:
     def __init__(self, task, source, target, obstacles: tuple = ()):
         self.task, self.source, self.target = task, source, target
         self.v0 = source.liquid_area(task.fill)
-        self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity))
+        # the liquid starts at rest, or moving with S (seed 001's TRANSFER+FOLLOW)
+        follow = task.liquid_velocity == "follow"
+        self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity),
+                                       velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
         self.obstacles = tuple(tuple(map(float, o)) for o in obstacles)
         self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
         self.t_oc = tuple(float(v) for v in target.opening_centre)
         self.t_half = 0.5 * target.width
-        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time]
+        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time, carried v_x]
         self.in_target = self.spilled = 0.0
         self.last = None                   # the last step's Outflow
 
@@ -82,10 +86,12 @@ class SimplifiedMember:
         task = self.task
         frac = out.volume / self.v0
         rim = t_y + self.t_oc[1]
-        hit = landing(out.start, out.velocity, rim)
+        drag = self.liquid.fit.drag
+        carried = out.carried[0]
+        hit = landing(out.start, out.velocity, rim, drag, carried)
         in_t, rp = False, 0.0
         if hit is None:                                   # never comes down to T's rim: floor
-            hit_floor = landing(out.start, out.velocity, 0.0)
+            hit_floor = landing(out.start, out.velocity, 0.0, drag, carried)
             tau = hit_floor[1] if hit_floor is not None else 0.0
         else:
             x_land, tau = hit
@@ -93,14 +99,14 @@ class SimplifiedMember:
             dist = abs(x_land - tx)
             in_t = dist < self.t_half
             rp = max(0.0, 1.0 - dist / self.t_half)
-        if in_t and self.obstacles and self._blocked(out.start, out.velocity, tau):
+        if in_t and self.obstacles and self._blocked(out.start, out.velocity, carried, tau):
             in_t, rp = False, 0.0
-        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit])
+        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit, carried])
 
-    def _blocked(self, start, velocity, tau: float) -> bool:
-        """Does the parabola hit an obstacle box within its flight time ``tau``?"""
+    def _blocked(self, start, velocity, carried: float, tau: float) -> bool:
+        """Does the outflow path hit an obstacle box within its flight time ``tau``?"""
         ts = np.linspace(0.0, tau, _FLIGHT_SAMPLES)
-        px = start[0] + velocity[0] * ts
+        px = path_x(start[0], velocity[0], ts, self.liquid.fit.drag, carried)
         py = start[1] + velocity[1] * ts - 0.5 * GRAVITY * ts * ts
         for cx, cy, w, h in self.obstacles:
             if np.any((np.abs(px - cx) < 0.5 * w) & (np.abs(py - cy) < 0.5 * h)):
@@ -156,13 +162,16 @@ class SimplifiedMember:
             pts.append(self.target.fill_points(min(max(lvl / self.target.height, 1e-6), 1.0), spacing)
                        + np.asarray(t_pose[:2]))
         vel.append(np.zeros((sum(len(p) for p in pts), 2)))
-        for land, _, _, _, start, v, t0 in self.packets:
+        drag = self.liquid.fit.drag
+        for land, _, _, _, start, v, t0, carried in self.packets:
             tau = time - t0
             if 0.0 <= tau <= land - t0:
                 for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
                     tt = tau - d
-                    pts.append(np.array([[start[0] + v[0] * tt, start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
-                    vel.append(np.array([[v[0], v[1] - GRAVITY * tt]]))
+                    pts.append(np.array([[path_x(start[0], v[0], tt, drag, carried),
+                                          start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
+                    vel.append(np.array([[carried + (v[0] - carried) * math.exp(-drag * tt),
+                                          v[1] - GRAVITY * tt]]))
         if not pts:
             return np.zeros((0, 2)), np.zeros((0, 2))
         return np.concatenate(pts), np.concatenate(vel)

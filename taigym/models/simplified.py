@@ -20,10 +20,28 @@ with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, se
 
 k is a discharge coefficient (the jet contracts, its speed is not normal to the section): u is
 the speed of the liquid leaving S, k A u the flux. Liquid leaves at the outflow section's
-centroid c with velocity u d plus S's own velocity there; d is horizontal while the lip-side wall
-still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
-offset a + b lean (the jet also falls as it leaves), and it follows the outflow parabola
-p(t) = c + v t + g t^2 / 2.
+centroid c with velocity v = u d plus S's own velocity there; d is horizontal while the lip-side
+wall still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
+offset a + b lean (the jet also falls as it leaves). It then follows
+
+    x(t) = c_x + r_x t + (v_x - r_x) (1 - exp(-lambda t)) / lambda,    y(t) = c_y + v_y t - g t^2 / 2,
+
+seed 000's outflow parabola (lambda = 0) with the jet's own horizontal speed (beyond S's rigid
+velocity r at c, which the liquid shares with S) relaxing at an identified rate lambda (1/s).
+Measured in the particle simulator: a jet a few grid cells thick
+keeps falling freely but loses its horizontal speed within a few substeps (it moves with the
+grid's velocity, averaged over cells as wide as the jet), so it drops nearly vertically off the
+lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
+25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
+a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
+(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
+
+S's acceleration a sloshes the free surface (seed 001's surges: a container braking towards its
+lip throws liquid over it): the head h and the section A are read at the lean theta + phi, phi
+the fundamental slosh mode's tilt, a damped oscillator driven towards atan(a_x / (g + a_y))
+(``SimplifiedLiquid.surface_tilt``). Tilting alone does not surge more than the regression says:
+on the sysid pours (tilt rates up to 2.8 rad/s) neither a lead nor a lag of the lean improves the
+held-out V(t) error.
 
 Coefficients are fitted per container shape and viscosity (a few viscosities, interpolated in
 log10 viscosity) and shipped in ``data/outflow_coefficients.json``; regenerate them with
@@ -50,6 +68,9 @@ from .outflow_tables import OutflowTables, outflow_tables
 GRAVITY = 9.81                                   # m/s^2
 TERMS = ("bernoulli", "wall_slide", "previous", "lean_rate", "constant")
 COEFFICIENTS_FILE = "outflow_coefficients.json"
+# damping ratio of the free surface's slosh: in FLIP at the Pour env's cells a velocity step's
+# slosh loses 35-65 % of its amplitude per period (rect and oval S)
+SLOSH_DAMPING = 0.1
 
 
 def regressors(head: float, wall_drop: float, u_prev: float, lean_rate: float,
@@ -98,17 +119,19 @@ class OutflowFit:
     weights: tuple[float, ...]
     discharge: float                    # k, dimensionless
     direction: tuple[float, float] = (0.0, 0.0)   # jet direction offset a + b * lean (rad)
+    drag: float = 0.0                   # lambda, 1/s: relaxation rate of the jet's horizontal speed
 
     def to_dict(self) -> dict:
         return {"shape": self.shape, "viscosity": self.viscosity, "terms": list(self.terms),
                 "weights": list(self.weights), "discharge": self.discharge,
-                "direction": list(self.direction)}
+                "direction": list(self.direction), "drag": self.drag}
 
     @classmethod
     def from_dict(cls, d: dict) -> "OutflowFit":
         return cls(d["shape"], float(d["viscosity"]), tuple(d["terms"]),
                    tuple(float(w) for w in d["weights"]), float(d["discharge"]),
-                   tuple(float(x) for x in d.get("direction", (0.0, 0.0))))
+                   tuple(float(x) for x in d.get("direction", (0.0, 0.0))),
+                   float(d.get("drag", 0.0)))
 
 
 def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
@@ -129,7 +152,8 @@ def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
     w = tuple((1 - t) * wa + t * wb for wa, wb in zip(a.weights, b.weights))
     direction = tuple((1 - t) * da + t * db for da, db in zip(a.direction, b.direction))
     return OutflowFit(a.shape, float(viscosity), a.terms, w,
-                      (1 - t) * a.discharge + t * b.discharge, direction)
+                      (1 - t) * a.discharge + t * b.discharge, direction,
+                      (1 - t) * a.drag + t * b.drag)
 
 
 def _default_path() -> Path:
@@ -160,20 +184,23 @@ def fit_for(shape: str, viscosity: float, path: str | None = None) -> OutflowFit
 
 class Outflow(NamedTuple):
     """What left S in one step: ``volume`` (m^2), ``speed`` u (m/s), the section's centroid
-    ``start`` (world, m) and the jet's velocity ``velocity`` (world, m/s, S's motion included)."""
+    ``start`` (world, m), the jet's velocity ``velocity`` (world, m/s, S's motion included) and
+    of it ``carried``, S's rigid velocity at the start (m/s)."""
 
     volume: float
     speed: float
     section: float
     start: tuple[float, float]
     velocity: tuple[float, float]
+    carried: tuple[float, float] = (0.0, 0.0)
 
 
 class SimplifiedLiquid:
     """The (V, u) state of the liquid in one source container, stepped per control step."""
 
     def __init__(self, shape: Container, volume: float, fit: OutflowFit,
-                 tables: OutflowTables | None = None):
+                 tables: OutflowTables | None = None, slosh: bool = True,
+                 velocity: tuple[float, float] = (0.0, 0.0)):
         if volume < 0 or not math.isfinite(volume):
             raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
         self.shape = shape
@@ -181,7 +208,48 @@ class SimplifiedLiquid:
         self.fit = fit
         self.volume = float(min(volume, self.tables.capacity))
         self.speed = 0.0
+        self.slosh = slosh                              # False: the free surface ignores S's acceleration
+        # the velocity (m/s) the liquid last moved with S: S's in the last step; at the start the
+        # liquid's own (S may start moving under liquid at rest: a velocity step, a slosh)
+        self._velocity = (float(velocity[0]), float(velocity[1]))
+        self._tilt = (0.0, 0.0)                         # surface tilt from S's acceleration (rad), its rate (rad/s)
         self._flat = self._flat_wall = None
+
+    @property
+    def surface(self) -> tuple[float, float, float, float]:
+        """The slosh state: the free surface's tilt (rad), its rate (rad/s) and the velocity
+        (m/s, x and y) of S it last saw (for a planner starting from this state)."""
+        return (*self._tilt, *self._velocity)
+
+    def slosh_frequency(self) -> float:
+        """omega (rad/s) of the liquid's fundamental slosh mode across S's width W at the
+        current depth H: omega^2 = (pi g / W) tanh(pi H / W) (linear water waves; FLIP at the
+        Pour env's cells, rect S, 6 cm deep: period 0.35 s, this formula 0.31 s)."""
+        w = self.shape.width
+        depth = max(self.volume / w, 1e-4)
+        return math.sqrt(math.pi * GRAVITY / w * math.tanh(math.pi * depth / w))
+
+    def surface_tilt(self, vx: float, vy: float, dt: float) -> float:
+        """The free surface's tilt (rad, counter-clockwise) from S's acceleration a: the gravity
+        the liquid feels, g - a, would tilt it by atan(a_x / (g + a_y)); it sloshes towards that
+        as the fundamental mode, a damped oscillator (omega: :meth:`slosh_frequency`, damping
+        ratio SLOSH_DAMPING), so a velocity step dv tilts it by up to about omega dv / g and it
+        rebounds. ``(vx, vy)`` (m/s) is S's velocity over the last ``dt`` s; the state is the
+        tilt, its rate and the previous velocity."""
+        (px, py), self._velocity = self._velocity, (vx, vy)
+        phi, rate = self._tilt
+        if dt <= 0.0 or (vx == px and vy == py and abs(phi) < 1e-4 and abs(rate) < 1e-3):
+            self._tilt = (0.0, 0.0)
+            return 0.0
+        target = math.atan2((vx - px) / dt, max(GRAVITY + (vy - py) / dt, 0.1 * GRAVITY))
+        om = self.slosh_frequency()
+        n = max(1, int(math.ceil(dt * om / 0.1)))       # semi-implicit Euler, omega h <= 0.1
+        h = dt / n
+        for _ in range(n):
+            rate += h * (-om * om * (phi - target) - 2.0 * SLOSH_DAMPING * om * rate)
+            phi += h * rate
+        self._tilt = (phi, rate)
+        return phi
 
     def lookup(self, theta: float) -> tuple[float, float, float, float, float, float, float]:
         """(h, A, c_x, c_y in S's frame, wall drop, d_x, d_y world) at pose angle ``theta`` for
@@ -224,6 +292,10 @@ class SimplifiedLiquid:
 
     def head(self, theta: float) -> float:
         """h alone (m): the free surface's height over the pouring lip at pose angle ``theta``."""
+        return self.head_section(theta)[0]
+
+    def head_section(self, theta: float) -> tuple[float, float]:
+        """(h, A) of :meth:`lookup` alone, at pose angle ``theta`` for the current volume."""
         if self._flat is None:
             self._flatten()
         t = self.tables
@@ -234,13 +306,26 @@ class SimplifiedLiquid:
         fi, fj = li - i, vj - j
         f, k0 = self._flat, (i * n_v + j) * 4
         k1 = k0 + 4 * n_v
-        return (f[k0] + (f[k0 + 4] - f[k0]) * fj) * (1.0 - fi) + (f[k1] + (f[k1 + 4] - f[k1]) * fj) * fi
+        h, sec = [(f[k0 + q] + (f[k0 + 4 + q] - f[k0 + q]) * fj) * (1.0 - fi) +
+                  (f[k1 + q] + (f[k1 + 4 + q] - f[k1 + q]) * fj) * fi for q in range(2)]
+        return h, (sec if h > 0.0 else 0.0)
 
     def step(self, pose, velocity, theta_prev: float, dt: float) -> Outflow:
         """Advance by ``dt`` s with S at ``pose`` = (x, y, theta) moving at ``velocity`` =
-        (vx, vy, omega); ``theta_prev`` is the angle one step earlier (for the lean rate)."""
+        (vx, vy, omega); ``theta_prev`` is the angle one step earlier (for the lean rate).
+
+        S's acceleration tilts the free surface (:meth:`surface_tilt`): the head h and the
+        section A are those at the lean theta + tilt (a container braking towards its lip
+        surges over it)."""
         x, y, th = (float(v) for v in pose)             # Python floats: NumPy scalars are slower
-        h, a, cx, cy, drop, dx, dy = self.lookup(th)
+        vx, vy, om = (float(v) for v in velocity)
+        tilt = self.surface_tilt(vx, vy, dt) if self.slosh else 0.0
+        if (th + tilt) * th > 0.0 or tilt == 0.0:
+            h, a, cx, cy, drop, dx, dy = self.lookup(th)
+            if tilt != 0.0:
+                h, a = self.head_section(th + tilt)
+        else:                                           # sloshed past upright: over the other lip
+            h, a, cx, cy, drop, dx, dy = self.lookup(th + tilt)
         c, s = math.cos(th), math.sin(th)
         wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
         if a <= 0.0 or self.volume <= 0.0:
@@ -251,16 +336,53 @@ class SimplifiedLiquid:
         out = min(self.volume, dt * self.fit.discharge * a * u)
         self.volume -= out
         self.speed = u
-        vx, vy, om = (float(v) for v in velocity)
         # S's rigid velocity at the section's centroid plus the jet's own
-        jx = vx - om * (wy - y) + u * dx
-        jy = vy + om * (wx - x) + u * dy
-        return Outflow(out, u, a, (wx, wy), (jx, jy))
+        rx, ry = vx - om * (wy - y), vy + om * (wx - x)
+        return Outflow(out, u, a, (wx, wy), (rx + u * dx, ry + u * dy), (rx, ry))
 
 
-def landing(start, velocity, height: float) -> tuple[float, float] | None:
-    """Where and when the outflow parabola from ``start`` with ``velocity`` comes down through
-    the altitude ``height`` (m): (x, flight time s), or None if it never reaches it."""
+def slosh_array(tilt, rate, velocity, previous, volume, width: float, dt: float):
+    """:meth:`SimplifiedLiquid.surface_tilt` on arrays of trajectories (for batched rollouts),
+    step for step the same numbers (the same substeps per trajectory): tilt, rate (rad, rad/s)
+    after ``dt`` s with S at ``velocity`` (2, M) having moved at ``previous`` (2, M) the step
+    before, holding ``volume`` (M,) in a container ``width`` m wide."""
+    vx, vy = velocity
+    px, py = previous
+    at_rest = (vx == px) & (vy == py) & (np.abs(tilt) < 1e-4) & (np.abs(rate) < 1e-3)
+    target = np.arctan2((vx - px) / dt, np.maximum(GRAVITY + (vy - py) / dt, 0.1 * GRAVITY))
+    depth = np.maximum(volume / width, 1e-4)
+    om = np.sqrt(math.pi * GRAVITY / width * np.tanh(math.pi * depth / width))
+    n = np.maximum(1, np.ceil(dt * om / 0.1))
+    h = dt / n
+    phi, r = np.array(tilt, np.float64), np.array(rate, np.float64)
+    for k in range(int(n.max())):
+        live = k < n
+        r = np.where(live, r + h * (-om * om * (phi - target) - 2.0 * SLOSH_DAMPING * om * r), r)
+        phi = np.where(live, phi + h * r, phi)
+    return np.where(at_rest, 0.0, phi), np.where(at_rest, 0.0, r)
+
+
+def horizontal_travel(t, drag: float):
+    """The factor of v_x in the jet's horizontal travel after t s (s; t itself without drag):
+    (1 - exp(-drag t)) / drag. Works on floats and arrays."""
+    if drag <= 1e-9:
+        return t
+    return -np.expm1(-drag * t) / drag if isinstance(t, np.ndarray) else -math.expm1(-drag * t) / drag
+
+
+def path_x(x0: float, vx: float, t, drag: float, carried: float = 0.0):
+    """x (m) of the outflow path t s after leaving x0 with horizontal velocity vx, of which
+    ``carried`` is S's rigid motion: the drag relaxes only the jet's own speed vx - carried
+    (module docstring); the liquid keeps what it shared with S."""
+    return x0 + carried * t + (vx - carried) * horizontal_travel(t, drag)
+
+
+def landing(start, velocity, height: float, drag: float = 0.0,
+            carried: float = 0.0) -> tuple[float, float] | None:
+    """Where and when the outflow path (module docstring; ``drag`` = lambda, 1/s, on the
+    horizontal velocity beyond S's ``carried`` one, :func:`path_x`) from ``start`` with
+    ``velocity`` comes down through the altitude ``height`` (m): (x, flight time s), or None if
+    it never reaches it."""
     x0, y0 = start
     vx, vy = velocity
     disc = vy * vy + 2.0 * GRAVITY * (y0 - height)
@@ -269,4 +391,4 @@ def landing(start, velocity, height: float) -> tuple[float, float] | None:
     t = (vy + math.sqrt(disc)) / GRAVITY               # the descending crossing
     if t < 0.0:
         return None
-    return x0 + vx * t, t
+    return path_x(x0, vx, t, drag, carried), t

@@ -8,7 +8,10 @@ left the interior during the step (each one's velocity at the step's end with th
 half a step taken back: on average it crossed that long ago). The coefficients of u = w . phi
 (see :mod:`taigym.models.simplified`) are the least-squares fit over the steps with an outflow
 section (A > 0); the discharge coefficient k is the least-squares fit of the measured volume
-loss to dt A u.
+loss to dt A u. The particles that left in each step are followed while they fall: where they
+cross FLIGHT_DROPS below the lip (their streamlines, seed 004) fixes the jet's direction offset
+and horizontal drag (:func:`jet_path`). Pours are simulated at the Pour env's cell size by
+``scripts/sysid_pour.py``: the thin jets' drag depends on it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from scipy.interpolate import PchipInterpolator
 from taigym.sim.geometry import Container, points_in_polygon
 
 from .outflow_tables import OutflowTables, outflow_tables
-from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, regressors
+from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, landing, path_x, regressors
 
 DT = 0.05                          # s, the envs' control step
 WORLD_SIZE = (0.4, 0.4)            # m; S's frame origin at its centre
@@ -35,7 +38,9 @@ class PourRecord:
     """One simulated pour. ``lean`` (n + 1,) rad at the step boundaries, ``volume`` (n + 1,) m^2
     in S, ``speed`` (n,) m/s mean outflow speed in each step (0 where nothing left S),
     ``crossed`` (n,) the number of particles that left, ``velocity`` (n, 2) their mean velocity
-    relative to S (world axes, m/s; the pours lean to the right)."""
+    relative to S (world axes, m/s; the pours lean to the right), ``flight`` (n, drops, 3) where
+    they crossed FLIGHT_DROPS below the lip: mean world x (m), mean time after the step (s),
+    count."""
 
     shape: Container
     fill: float
@@ -45,6 +50,14 @@ class PourRecord:
     speed: np.ndarray
     crossed: np.ndarray
     velocity: np.ndarray | None = None
+    flight: np.ndarray | None = None
+
+
+# Altitudes below the pouring lip (m) at which the streamlines of each step's outflow are read
+# (seed 004 fits the jet to particle streamlines): T's rim is typically 2-10 cm below S's lip.
+FLIGHT_DROPS = (0.02, 0.05, 0.08)
+FLIGHT_STEPS = 12                  # control steps a leaving particle is followed (0.6 s)
+FLOOR_MARGIN = 0.02                # m; levels closer to the world's floor are not read
 
 
 def monotone_tilt_curve(rng: np.random.Generator, n_steps: int, dt: float = DT,
@@ -94,6 +107,11 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
         speed = [np.zeros(steps) for _ in range(batch_size)]
         mean_vel = [np.zeros((steps, 2)) for _ in range(batch_size)]
         crossed = [np.zeros(steps, np.int64) for _ in range(batch_size)]
+        nd = len(FLIGHT_DROPS)
+        flight = [np.zeros((steps, nd, 3)) for _ in range(batch_size)]
+        exit_step = [np.full(len(inside[b]), -1) for b in range(batch_size)]
+        levels = [np.full((len(inside[b]), nd), -np.inf) for b in range(batch_size)]
+        prev_x = [x.copy() for x in world.positions_all()]
         for b in range(batch_size):
             counts[b][0] = inside[b].sum()
         for i in range(steps):
@@ -121,6 +139,9 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
                     crossed[b][i] = int(left.sum())
                 inside[b] = now
                 counts[b][i + 1] = now.sum()
+                _follow(flight[b], exit_step[b], levels[b], left, containers[k].lips[1], theta1[b],
+                        prev_x[b], xs[b], i)
+                prev_x[b] = xs[b]
         for b, k in enumerate(idx[:min(batch_size, n - start)]):
             n_total = max(world.particle_count(b), 1)
             v0 = containers[k].liquid_area(fills[k])
@@ -128,10 +149,50 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
             records.append(PourRecord(containers[k], float(fills[k]), float(viscosity),
                                       np.asarray(curves[k], np.float64),
                                       counts[b][:m] * (v0 / n_total), speed[b][:m - 1],
-                                      crossed[b][:m - 1], mean_vel[b][:m - 1]))
+                                      crossed[b][:m - 1], mean_vel[b][:m - 1],
+                                      _flight_means(flight[b][:m - 1])))
         if progress is not None:
             progress(len(records), n)
     return records
+
+
+def _follow(flight: np.ndarray, exit_step: np.ndarray, levels: np.ndarray, left: np.ndarray,
+            lip: np.ndarray, theta: float, x0: np.ndarray, x1: np.ndarray, i: int) -> None:
+    """Accumulate in ``flight`` (steps, drops, [sum x, sum t, count]) where the particles that
+    left S read their altitudes ``levels`` (the pouring lip's altitude at their exit step less
+    FLIGHT_DROPS) while moving from ``x0`` to ``x1`` in step i: world x, and the time since the
+    end of their exit step (s)."""
+    new = left & (exit_step < 0)
+    if new.any():
+        exit_step[new] = i
+        lip_y = PIVOT[1] + math.sin(theta) * lip[0] + math.cos(theta) * lip[1]
+        lv = lip_y - np.asarray(FLIGHT_DROPS)
+        levels[new] = np.where(lv > FLOOR_MARGIN, lv, -np.inf)    # -inf: never read
+    live = np.flatnonzero((exit_step >= 0) & (exit_step >= i - FLIGHT_STEPS))
+    if len(live) == 0:
+        return
+    y0, y1 = x0[live, 1:2], x1[live, 1:2]
+    lv = levels[live]
+    cross = (y0 >= lv) & (y1 < lv)
+    if not cross.any():
+        return
+    f = np.clip((y0 - lv) / np.maximum(y0 - y1, 1e-12), 0.0, 1.0)
+    xc = x0[live, 0:1] + f * (x1[live, 0:1] - x0[live, 0:1])
+    tc = (i - exit_step[live, None] - 1 + f) * DT
+    p, j = np.nonzero(cross)
+    np.add.at(flight, (exit_step[live[p]], j, 0), xc[p, j])
+    np.add.at(flight, (exit_step[live[p]], j, 1), tc[p, j])
+    np.add.at(flight, (exit_step[live[p]], j, 2), 1.0)
+    levels[live[p], j] = -np.inf                                  # read once
+
+
+def _flight_means(flight: np.ndarray) -> np.ndarray:
+    """(steps, drops, [mean x (m), mean t (s), count]) from the sums of :func:`_follow`."""
+    out = flight.copy()
+    n = np.maximum(out[..., 2], 1.0)
+    out[..., 0] /= n
+    out[..., 1] /= n
+    return out
 
 
 def _inside(shape: Container, x: np.ndarray, theta: float) -> np.ndarray:
@@ -176,36 +237,94 @@ def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS) -> Outflo
     q = da * u
     k = float(q @ lost / max(q @ q, 1e-30))
     r0 = records[0]
+    a, b, lam = jet_path(records, w, terms)
     return OutflowFit(r0.shape.shape, r0.viscosity, tuple(terms), tuple(float(x) for x in w), k,
-                      direction_offset(records))
+                      (a, b), lam)
 
 
-def direction_offset(records: Sequence[PourRecord]) -> tuple[float, float]:
-    """(a, b) of the jet's direction offset a + b * lean (rad, counter-clockwise) from the
-    model's direction d, least squares weighted by the particles that left, over the steps with
-    an outflow section; (0, 0) without velocity data."""
-    lean, delta, weight = [], [], []
+def jet_path(records: Sequence[PourRecord], weights: Sequence[float],
+             terms: tuple[str, ...] = TERMS) -> tuple[float, float, float]:
+    """(a, b, lambda): the jet's direction offset a + b * lean (rad, counter-clockwise from the
+    model's direction d) and the relaxation rate of its horizontal speed (1/s) that put the
+    model's outflow path, from the section's centroid with the model's u (``weights``, one step
+    ahead from the recorded state), where the simulated particles of each step crossed the
+    levels FLIGHT_DROPS below the lip: nonlinear least squares weighted by the particles read.
+    (0, 0, 0) without streamline data."""
+    from scipy.optimize import least_squares
+
+    rows = []
     for rec in records:
-        if rec.velocity is None:
+        if rec.flight is None:
             continue
         t = outflow_tables(rec.shape)
         liquid = SimplifiedLiquid(rec.shape, rec.volume[0], None, t)
-        for i in np.flatnonzero(rec.crossed > 0):
+        lip = rec.shape.lips[1]
+        for i in np.flatnonzero(rec.flight[:, :, 2].sum(axis=1) > 0):
             liquid.volume = rec.volume[i]
-            _, a, _, _, _, dx, dy = liquid.lookup(-rec.lean[i + 1])
+            th0, th1 = -rec.lean[i], -rec.lean[i + 1]
+            h, a, cx, cy, drop, dx, dy = liquid.lookup(th1)
             if a <= 0.0:
                 continue
-            vx, vy = rec.velocity[i]
-            d = math.atan2(vy, vx) - math.atan2(dy, dx)
-            lean.append(rec.lean[i + 1])
-            delta.append(math.atan2(math.sin(d), math.cos(d)))   # wrapped to (-pi, pi]
-            weight.append(rec.crossed[i])
-    if len(delta) < 2:
+            u_prev = rec.speed[i - 1] if i > 0 else 0.0
+            u = max(0.0, float(np.dot(weights, regressors(h, drop, u_prev, (th1 - th0) / DT, terms))))
+            c, s = math.cos(th1), math.sin(th1)
+            rx, ry = c * cx - s * cy, s * cx + c * cy
+            om = (th1 - th0) / DT
+            lip_y = PIVOT[1] + s * lip[0] + c * lip[1]
+            for j, d in enumerate(FLIGHT_DROPS):
+                x, _, n = rec.flight[i, j]
+                if n > 0:
+                    rows.append((PIVOT[0] + rx, PIVOT[1] + ry, -om * ry, om * rx, u, dx, dy,
+                                 rec.lean[i + 1], lip_y - d, x, n))
+    if len(rows) < 3:
+        return 0.0, 0.0, 0.0
+    x0, y0, rvx, rvy, u, dx, dy, lean, level, x_sim, n = np.array(rows).T
+    sw = np.sqrt(n)
+
+    def residual(p):
+        off = p[0] + p[1] * lean
+        co, so = np.cos(off), np.sin(off)
+        vx, vy = rvx + u * (co * dx - so * dy), rvy + u * (so * dx + co * dy)
+        tau = (vy + np.sqrt(np.maximum(vy * vy + 2.0 * GRAVITY * (y0 - level), 0.0))) / GRAVITY
+        return (path_x(x0, vx, tau, p[2], rvx) - x_sim) * sw
+
+    best = least_squares(residual, [0.0, 0.0, 10.0], bounds=([-np.pi, -np.pi, 0.0], [np.pi, np.pi, 500.0]))
+    a, b, lam = best.x
+    return float(a), float(b), float(lam)
+
+
+def streamline_errors(records: Sequence[PourRecord], model: OutflowFit,
+                      max_head: float = math.inf) -> tuple[float, float]:
+    """(RMS, mean) horizontal error (m) of the model's outflow path where the simulated
+    particles crossed the levels FLIGHT_DROPS below the lip, weighted by particles; one step
+    ahead from each recorded state, as :func:`jet_path` fits it; over the steps whose head h
+    is at most ``max_head`` (m)."""
+    err, wt = [], []
+    for rec in records:
+        if rec.flight is None:
+            continue
+        liquid = SimplifiedLiquid(rec.shape, rec.volume[0], model)
+        lip = rec.shape.lips[1]
+        for i in np.flatnonzero(rec.flight[:, :, 2].sum(axis=1) > 0):
+            liquid.volume = rec.volume[i]
+            liquid.speed = rec.speed[i - 1] if i > 0 else 0.0
+            th0, th1 = -rec.lean[i], -rec.lean[i + 1]
+            if liquid.head(th1) > max_head:
+                continue
+            out = liquid.step((PIVOT[0], PIVOT[1], th1), (0.0, 0.0, (th1 - th0) / DT), th0, DT)
+            if out.volume <= 0.0:
+                continue
+            lip_y = PIVOT[1] + math.sin(th1) * lip[0] + math.cos(th1) * lip[1]
+            for j, d in enumerate(FLIGHT_DROPS):
+                x, _, n = rec.flight[i, j]
+                hit = landing(out.start, out.velocity, lip_y - d, model.drag, out.carried[0]) if n > 0 else None
+                if hit is not None:
+                    err.append(hit[0] - x)
+                    wt.append(n)
+    if not err:
         return 0.0, 0.0
-    sw = np.sqrt(np.asarray(weight, np.float64))
-    A = np.column_stack([np.ones(len(lean)), lean]) * sw[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, np.asarray(delta) * sw, rcond=None)
-    return float(a), float(b)
+    e, w = np.array(err), np.array(wt)
+    return float(np.sqrt(np.average(e * e, weights=w))), float(np.average(e, weights=w))
 
 
 def predict(rec: PourRecord, model: OutflowFit) -> tuple[np.ndarray, np.ndarray]:

@@ -2,12 +2,14 @@
 
 The decision variables are S's poses z_i = (x_i, y_i, theta_i) at ``nodes`` control steps of
 ``dt`` seconds after the start pose z_0. The liquid is seed 000's simplified model
-(:mod:`taigym.models.simplified`), rolled out along the trajectory. The objective (seed 000
+(:mod:`taigym.models.simplified`), rolled out along the trajectory exactly as the simplified env
+steps it: S's acceleration sloshes the free surface, and the outflow path is seed 000's parabola
+with the jet's own horizontal speed relaxing at the identified drag. The objective (seed 000
 Eq. 7 and §IV-C) is a sum of squares
 
 | term | residual | scale |
 |------|----------|-------|
-| pour | sqrt(f_i) (landing point of the outflow parabola at T's rim height - T's opening centre at that time) | T's half opening |
+| pour | sqrt(f_i) (landing point of the outflow path at T's rim height - T's opening centre at that time) | T's half opening |
 | smoothness | Laplacian z_{i+1} - 2 z_i + z_{i-1}, from i = 0 with z_{-1} = z_0 - dt * S's start velocity | ``smooth_scale`` per axis |
 | guide | theta_N - final lean (towards T) | ``guide_scale`` |
 
@@ -15,8 +17,10 @@ f_i is the fraction of the liquid that leaves S in step i (the paper weights by 
 cross-section A; A u dt is the volume that leaves, so this is the same weighting made
 dimensionless). If a jet never comes down to T's rim, its residual is the apex's horizontal
 error and its shortfall in height. The outflow is not one speed: its slowest part leaves with S's
-own velocity and dribbles off the lip, so the same residual for u = 0 is added with weight
-``dribble_weight``: the planner keeps both ends of the outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
+own velocity and dribbles off the lip, its fastest keeps the jet's speed on seed 000's drag-free
+parabola (in FLIP the thin jet's drag spreads the outflow between the two), so the same residual
+for both ends is added with weight ``dribble_weight``: the planner keeps both ends of the
+outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
 scale), the tilt limit, and no collision: S's walls as circles against T's walls (moving with
 T), the obstacles' boxes, the floor and the scene's edges, each as an L1 penalty with a slack
 per node and obstacle (TrajOpt's exact penalty, seed 000 §V).
@@ -41,7 +45,8 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import GRAVITY, OutflowFit, fit_for, jet_directions, regressors_array
+from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, jet_directions, path_x, regressors_array,
+                                      slosh_array)
 from taigym.sim.geometry import Box, Container
 
 
@@ -56,7 +61,7 @@ class SQPConfig:
     smooth_scale: tuple = (0.004, 0.004, 0.02)  #: Laplacian per axis counted as one unit of cost
     guide_scale: float = 0.05                 #: rad
     pour_weight: float = 30.0                 #: weight of the pour term against the others
-    dribble_weight: float = 0.5               #: weight of the dribble's landing error (u = 0)
+    dribble_weight: float = 0.5               #: weight of the fan's ends' landing errors
     clearance: float = 0.004                  #: m kept between S's walls and any obstacle
     penalty: float = 300.0                    #: initial L1 penalty on collision (per m of overlap)
     max_penalty_increases: int = 3
@@ -67,6 +72,7 @@ class SQPConfig:
     max_iterations: int = 60
     time_limit: float = 8.0                   #: s of wall time
     fd_step: float = 1e-4                     #: finite-difference step (m, rad)
+    slosh: bool = True                        #: S's acceleration sloshes the free surface (as in the model)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.nodes, int) and 2 <= self.nodes <= 1000):
@@ -100,20 +106,28 @@ class PourProblem:
     target_bounds: tuple
     obstacles: tuple = ()                      #: (x_centre, y_centre, width, height) boxes, m
     domain: tuple = (0.8, 0.5)
+    #: the slosh state (``SimplifiedLiquid.surface``): the free surface's tilt (rad), its rate
+    #: (rad/s) and the velocity (m/s, x, y) the liquid last moved with
+    surface: tuple = (0.0, 0.0, 0.0, 0.0)
 
     @classmethod
     def from_task(cls, task, *, wall_thickness: float = 0.01, pose=None, velocity=None,
                   time: float = 0.0, in_source: float = 1.0, speed: float = 0.0,
-                  domain=(0.8, 0.5)) -> "PourProblem":
+                  surface=None, domain=(0.8, 0.5)) -> "PourProblem":
         """The problem of a Pour task (``taigym.envs.pour_tasks.PourTask``) from its start, or
         from a later state: S's ``pose`` and ``velocity`` at ``time`` with the fraction
-        ``in_source`` of the liquid still in S."""
+        ``in_source`` of the liquid still in S, its outflow speed ``speed`` and slosh state
+        ``surface`` (:attr:`surface`; None: a flat surface on liquid moving with S, or at the
+        task's start at rest unless the task's liquid follows S)."""
         source = task.source_shape(wall_thickness)
         v0 = source.liquid_area(task.fill)
         if not (0.0 <= in_source <= 1.0 + 1e-9):
             raise ValueError(f"in_source must be in [0, 1], got {in_source!r}")
         pose = task.source_pose if pose is None else pose
         vel = (*task.source_velocity, 0.0) if velocity is None else velocity
+        if surface is None:
+            moving = velocity is not None or task.liquid_velocity == "follow"
+            surface = (0.0, 0.0, *(vel[:2] if moving else (0.0, 0.0)))
         return cls(source=source, target=task.target_shape(wall_thickness),
                    start_pose=tuple(float(v) for v in pose),
                    start_velocity=tuple(float(v) for v in vel), start_time=float(time),
@@ -123,7 +137,7 @@ class PourProblem:
                    target_velocity=tuple(task.target_velocity),
                    target_bounds=tuple(task.target_bounds),
                    obstacles=tuple(tuple(o) for o in getattr(task, "obstacles", ())),
-                   domain=tuple(domain))
+                   domain=tuple(domain), surface=tuple(float(v) for v in surface))
 
     def target_path(self, t: np.ndarray) -> np.ndarray:
         """T's frame position (..., 2) at times t (s): constant velocity, elastic bounces."""
@@ -169,23 +183,37 @@ class _Rollout:
         self.rims = prob.target_path(self.times)[:, 1] + self.oc[1]
 
     def __call__(self, poses: np.ndarray):
-        """poses (M, N + 1, 3) -> (residuals (M, N, 4) in m: the jet's landing error and height
-        shortfall, the same for a dribble; fraction leaving (M, N); jet lands in T (M, N))."""
+        """poses (M, N + 1, 3) -> (residuals (M, N, 6) in m: the jet's landing error and height
+        shortfall, the same for the fan's two ends, a dribble and a drag-free jet; fraction
+        leaving (M, N); jet lands in T (M, N))."""
         p, cfg, t = self.p, self.cfg, self.t
         M, N = poses.shape[0], cfg.nodes
         fit = p.fit
         vol = np.full(M, p.volume)
         u = np.full(M, p.speed)
-        res = np.zeros((M, N, 4))
+        tilt, rate = np.full(M, p.surface[0]), np.full(M, p.surface[1])
+        v_prev = np.tile(np.asarray(p.surface[2:], np.float64)[:, None], (1, M))
+        res = np.zeros((M, N, 6))
         frac = np.zeros((M, N))
         hit = np.zeros((M, N))
         for i in range(1, N + 1):
             x, y, th = poses[:, i, 0], poses[:, i, 1], poses[:, i, 2]
             th_prev = poses[:, i - 1, 2]
-            sign = np.where(th <= 0.0, 1.0, -1.0)            # pouring lip: right for theta <= 0
-            lean = -th * sign
+            vel = (poses[:, i, :2] - poses[:, i - 1, :2]).T / cfg.dt     # S's velocity (2, M)
+            if cfg.slosh:
+                # S's acceleration tilts the free surface (SimplifiedLiquid.step): h and A at the
+                # lean theta + tilt; sloshed past upright, the other lip's section and jet
+                tilt, rate = slosh_array(tilt, rate, vel, v_prev, vol, p.source.width, cfg.dt)
+                v_prev = vel
+            eff = th + tilt
+            th_lip = np.where((eff * th > 0.0) | (tilt == 0.0), th, eff)
+            sign = np.where(th_lip <= 0.0, 1.0, -1.0)        # pouring lip: right for theta <= 0
+            lean = -th_lip * sign
             look = t.interpolate(lean, vol, partials=False)
             h, a = look["h"], look["A"]
+            if np.any(tilt != 0.0):
+                ha = t.interpolate(np.abs(eff), vol, partials=False)
+                h, a = ha["h"], ha["A"]
             cx, cy = sign * look["cx"], look["cy"]
             drop, dx, dy = jet_directions(t, fit, lean)
             dx = dx * sign
@@ -198,23 +226,28 @@ class _Rollout:
             c, s = np.cos(th), np.sin(th)
             wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
             om = (th - th_prev) / cfg.dt
-            jx = (x - poses[:, i - 1, 0]) / cfg.dt - om * (wy - y) + u * dx
-            jy = (y - poses[:, i - 1, 1]) / cfg.dt + om * (wx - x) + u * dy
-            res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i)
-            # the slowest liquid leaves with S's velocity only and dribbles off the lip
-            res[:, i - 1, 2:], _ = self._landing(wx, wy, jx - u * dx, jy - u * dy, i)
+            # S's rigid velocity at the section's centroid, which the liquid keeps, plus the
+            # jet's own, which the drag relaxes (taigym.models.simplified.path_x)
+            rx, ry = vel[0] - om * (wy - y), vel[1] + om * (wx - x)
+            jx, jy = rx + u * dx, ry + u * dy
+            res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i, rx)
+            # the fan's ends: the slowest liquid leaves with S's velocity only and dribbles off
+            # the lip; the fastest keeps the jet's speed (seed 000's parabola, no drag)
+            res[:, i - 1, 2:4], _ = self._landing(wx, wy, rx, ry, i, rx)
+            res[:, i - 1, 4:], _ = self._landing(wx, wy, jx, jy, i, rx, drag=0.0)
         res[..., 2:] *= cfg.dribble_weight
         return res, frac, hit
 
-    def _landing(self, x0, y0, vx, vy, i: int):
+    def _landing(self, x0, y0, vx, vy, i: int, carried, drag: float | None = None):
         """Residual (M, 2) of jets emitted at node i against T's opening (where T is when they
-        land), and whether each lands inside it."""
+        land), and whether each lands inside it; ``carried``: the part of vx that is S's rigid
+        motion (no drag on it); ``drag`` (1/s): the model's unless given."""
         rim, t_emit = self.rims[i], self.times[i]
         disc = vy * vy + 2.0 * GRAVITY * (y0 - rim)
         ok = disc >= 0.0
         tau = np.where(ok, (vy + np.sqrt(np.maximum(disc, 0.0))) / GRAVITY,
                        np.maximum(vy, 0.0) / GRAVITY)              # else: the apex
-        x_hit = x0 + vx * tau
+        x_hit = path_x(x0, vx, tau, self.p.fit.drag if drag is None else drag, carried)
         tx = self.p.target_path(t_emit + tau)[:, 0] + self.oc[0]
         err_x = x_hit - tx
         short = np.where(ok, 0.0, -disc / (2.0 * GRAVITY))         # rim - apex height, m

@@ -642,7 +642,13 @@ class Flip3D:
     def max_speed(self, b):
         vmax = 0.0
         for p in range(self.n[b]):
-            vmax = ti.max(vmax, self.v[b, p].norm())
+            s = self.v[b, p].norm()
+            # ti.max drops a NaN: count one as a blow-up (else a NaN scene ran on, its particles
+            # clamped to the domain's corner and counted spilled)
+            if s < BLOWUP_SPEED:
+                vmax = ti.max(vmax, s)
+            else:
+                vmax = ti.max(vmax, BLOWUP_SPEED)
         return vmax
 
     @ti.func
