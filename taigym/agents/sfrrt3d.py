@@ -5,13 +5,13 @@ the container's path with :func:`taigym.planners.sfrrt3d.plan_path3d` (RRT* over
 container's position; a position is free when the arm, holding the container upright there in
 the upright posture family, and the container touch no box and not the table), times it with
 Ruckig and lowers the jerk until the spill-free classifier accepts (SFTP): ``classifier=
-"slosh"`` (default; :class:`~taigym.planners.sfrrt3d.SloshClassifier3D`, held-out precision 0.98
-on the simulator-labelled 3D carries), ``"learned"`` (seed 002's transformer trained on them,
-``taigym/models/data/sfc3d.pt`` or ``classifier_path``; precision 0.83 on held-out tasks, see
-the README) or a callable. ``act`` turns the
-planned velocity, plus a correction of the position error, into joint velocities within that
-family (:func:`taigym.agents.carry.family_action`), so the arm moves through the very
-configurations the planner checked. With ``fixed_jerk=(j, j, j)`` it is the baseline: the same
+"slosh"`` (default; :class:`~taigym.planners.sfrrt3d.SloshClassifier3D`: precision 0.98, recall
+0.59 on 883 simulator-labelled 3D carries, nothing fitted to them), ``"learned"`` (seed 002's
+transformer trained on them, ``taigym/models/data/sfc3d.pt`` or ``classifier_path``; precision
+0.83 on held-out tasks, see the README) or a callable. ``act`` turns the planned velocity, plus
+a correction of the position error, into joint velocities within that family
+(:func:`taigym.agents.carry.family_action`), so the arm moves through the very configurations
+the planner checked. With ``fixed_jerk=(j, j, j)`` it is the baseline: the same
 path, one fixed jerk; with ``path_planner="ompl"`` the path comes from OMPL's InformedRRT*.
 """
 
@@ -69,7 +69,8 @@ def planning_problem(arm, task, q0: np.ndarray) -> Problem3D:
     top = max([cz + hz for _, _, cz, _, _, hz in task.obstacles], default=0.0)
     lo = ends.min(0) - SAMPLE_MARGIN
     # over the highest box, unless it is a post taller than worth lifting over
-    hi = np.maximum(ends.max(0) + SAMPLE_MARGIN, [0.0, 0.0, min(top, ends[:, 2].max() + 0.25) + SAMPLE_MARGIN])
+    top = min(top, ends[:, 2].max() + 0.25)
+    hi = np.maximum(ends.max(0) + SAMPLE_MARGIN, [0.0, 0.0, top + SAMPLE_MARGIN])
     for margin in (CLEARANCE, CLEARANCE / 2, 0.0):
         check.margin = margin
         if not (check(start) or check(np.asarray(task.goal))):

@@ -334,15 +334,16 @@ def spill_free_time_parameterize(waypoints: np.ndarray, problem: Problem,
     cfg = cfg or SFRRTConfig()
     classifier = classifier or QuasiStaticClassifier()
     jerk = np.asarray(cfg.max_jerk, dtype=np.float64)
-    traj = None
-    for _ in range(cfg.sftp_iters):
+    traj, margin = None, None
+    for _ in range(cfg.sftp_iters + cfg.margin_levels):
         traj = time_parameterize(waypoints, jerk, problem, cfg)
         if classifier(traj, problem.props):
-            if cfg.margin_levels:
-                # the first accepted trajectory sits on the classifier's boundary, where it errs
-                # most: step further down for a margin
-                traj = time_parameterize(waypoints, jerk / cfg.rate ** cfg.margin_levels, problem, cfg)
-            return traj, True
+            # the first accepted trajectory sits on the classifier's boundary, where it errs
+            # most: step margin_levels further down, to one it accepts too (a slower timing can
+            # ring the liquid harder: acceptance is not monotonic in the jerk)
+            margin = cfg.margin_levels if margin is None else margin - 1
+            if margin <= 0:
+                return traj, True
         jerk = jerk / cfg.rate
     return traj, False
 
