@@ -270,7 +270,7 @@ class StanceAgent(Agent):
             K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
-                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS))
+                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS, c.limb))
         m = sum(g_[1].shape[1] for g_ in gens)
         nx = n + m + 21
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
@@ -310,7 +310,7 @@ class StanceAgent(Agent):
         Bf = np.zeros((n, m))
         col, hi_l = 0, []
         press = np.zeros(m)      # a hand pushing on a wall presses with HAND_PRESS at least
-        for J, K, kind, w_soft, hand in gens:
+        for J, K, kind, w_soft, hand, _ in gens:
             if hand and kind == "cone" and w_soft == 0.0:
                 press[col:col + K.shape[1]] = 1.0      # the normal force is the coefficients' sum
             Bf[:, col:col + K.shape[1]] = J.T @ K
@@ -338,6 +338,10 @@ class StanceAgent(Agent):
             self._tau = np.zeros(21)
             return None
         self._tau = res.x[n + m:]
+        self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb
+        for _, K, _, _, _, limb in gens:
+            self.qp_forces[limb] = self.qp_forces.get(limb, 0.0) + K @ res.x[col:col + K.shape[1]]
+            col += K.shape[1]
         return res.x[:n]
 
     @staticmethod

@@ -66,6 +66,9 @@ TRUST = 0.08           # m, rad: SQP trust region per step
 W_COM = 1e4            # CoM on its target (per m^2)
 W_UPRIGHT = 1e2        # torso upright (per rad^2)
 MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
+LEAN = 0.1             # Adj+ CoM target: this fraction of the way from over the feet to the reach point (0.4
+#                        put it ahead of the soles, held by a hand on a wall that the controller could not shift back)
+TORQUE_MARGIN = 1.0    # fraction of the torque limits a stance's static torques may use
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -282,7 +285,7 @@ def contact_forces(model: StanceModel, support):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
     m = len(cols)
     B = np.column_stack([cc[0] for cc in cols])      # (27, m): generalised force per coefficient
-    tmax = hum.TORQUE_LIMITS
+    tmax = TORQUE_MARGIN * hum.TORQUE_LIMITS
     # tau = -(G_q + B_q lambda); equilibrium: G_b + B_b lambda = 0
     Bq = B[6:] / tmax[:, None]
     gq = G[6:] / tmax
@@ -316,7 +319,7 @@ def _fail(reason: str):
 
 
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
-             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float = 0.4):
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float | None = None):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
     ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
 
@@ -338,7 +341,7 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         far = Contact(free.limb, free.surface, u_bounds[1] if goal_dir > 0 else u_bounds[0])
         reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
         if reach is not None:
-            com_xy = centre + lean * (reach - centre)
+            com_xy = centre + (LEAN if lean is None else lean) * (reach - centre)
     x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
     u = float(np.clip(free.u, *u_bounds)) if free is not None else 0.0
     for attempt in range(2):
