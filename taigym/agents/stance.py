@@ -48,6 +48,7 @@ SHIFT_TOL = 0.015      # m, CoM error that ends a shift
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
 FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
+LADDER_BACKOFF = 0.12  # m, a foot's swing path on a ladder stays this far off the plane of rungs
 LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
@@ -119,8 +120,10 @@ class StanceAgent(Agent):
                     normal = tgt - surf.point(new.u)
                     normal[1] = 0.0
                     normal /= np.linalg.norm(normal)
+                before = [c for s in stances[:i + 1] for c in s if c.limb == new.limb]
+                from_rung = bool(before) and self.model.surfaces[before[-1].surface].kind == "bar"
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
-                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot))
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, from_rung=from_rung))
                 out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
                                 quat=b.base_quat))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
@@ -158,6 +161,11 @@ class StanceAgent(Agent):
                 rise[2] = max(x[2], above[2]) + 0.03
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
+                if ph["limb"] in hum.FEET and ph["from_rung"] and self.model.ladder_planes:
+                    # from rung to rung: back off the ladder first, up on the robot's side of
+                    # it, then in (straight up, the toe caught on the rung between)
+                    off = LADDER_BACKOFF * self.model.ladder_planes[0][1]
+                    ph["path"] = [x + off, above + off, above, press]
                 ph["t_way"], ph["ref"] = 0.0, x.copy()
                 pts = [x] + ph["path"]       # the phase may last the path's time at LIMB_SPEED more
                 ph["t_path"] = sum(np.linalg.norm(b - a) for a, b in zip(pts, pts[1:])) / LIMB_SPEED

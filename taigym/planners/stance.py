@@ -66,8 +66,13 @@ TRUST = 0.08           # m, rad: SQP trust region per step
 W_COM = 1e4            # CoM on its target (per m^2)
 W_UPRIGHT = 1e2        # torso upright (per rad^2)
 MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
-LEAN = 0.1             # Adj+ CoM target: this fraction of the way from over the feet to the reach point (0.4
-#                        put it ahead of the soles, held by a hand on a wall that the controller could not shift back)
+LEAN = 0.4             # Adj+ CoM target: this fraction of the way from over the feet to the reach point,
+LEAN_FRONT = 0.1       # or this when a hand of the support (or the new one) is in front of the body (on the wall or a rung):
+#                        leaning there put the CoM ahead of the soles, held only by that hand, and the executed
+#                        shifts back never arrived (a hand pushing on a wall) or the free arm was thrown forward
+#                        (ladder). The rail runs alongside the path: leaning along it keeps the CoM between hand
+#                        and feet, and stepping up onto the step needs it
+HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 TORQUE_MARGIN = 1.0    # fraction of the torque limits a stance's static torques may use
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
@@ -134,6 +139,18 @@ class StanceModel:
         self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
         self.surfaces: dict[str, Surface] = {s.name: s for s in task.surfaces()}
         self.sole_local = {f: np.mean(hum.LIMB_POINTS[f], axis=0) for f in hum.FEET}
+        # hands stay on the robot's side of a ladder's plane of rungs (point, normal towards the
+        # robot): the gaps between rungs are collision-free, and the CoM term of the IK threw a
+        # free hand through them, where the executed swing then caught it behind a rung
+        self.ladder_planes = []
+        if task.family == "ladder":
+            a = task.size
+            self.ladder_planes.append((np.array([task.start, 0.0, 0.0]), np.array([-math.sin(a), 0.0, math.cos(a)])))
+
+    def hand_clearance(self) -> float:
+        """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
+        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
+                   default=math.inf)
 
     def close(self) -> None:
         try:
@@ -341,7 +358,10 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         far = Contact(free.limb, free.surface, u_bounds[1] if goal_dir > 0 else u_bounds[0])
         reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
         if reach is not None:
-            com_xy = centre + (LEAN if lean is None else lean) * (reach - centre)
+            if lean is None:
+                front = any(c.limb in hum.HANDS and c.surface != "rail" for c in list(support) + [free])
+                lean = LEAN_FRONT if front else LEAN
+            com_xy = centre + lean * (reach - centre)
     x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
     u = float(np.clip(free.u, *u_bounds)) if free is not None else 0.0
     for attempt in range(2):
@@ -431,6 +451,14 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             hi = np.r_[hi, min(u_bounds[1] - u, trust)]
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
+        for o, nrm in model.ladder_planes:
+            for h in hum.HANDS:
+                x_h = model.limb_ref(h)
+                Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
+                r = np.zeros(nv)
+                r[:27] = nrm @ Jh[0]
+                A_rows.append(r[None])
+                a_lo.append(HAND_PLANE_CLEARANCE - float((x_h - o) @ nrm))
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
         dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
         if dx is None:
@@ -460,6 +488,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
+    if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
+        return "hand through the ladder"
     return base, quat, q, u
 
 
