@@ -67,11 +67,11 @@ W_COM = 1e4            # CoM on its target (per m^2)
 W_UPRIGHT = 1e2        # torso upright (per rad^2)
 MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
 LEAN = 0.4             # Adj+ CoM target: this fraction of the way from over the feet to the reach point,
-LEAN_FRONT = 0.1       # or this when a hand of the support (or the new one) is in front of the body (on the wall or a rung):
-#                        leaning there put the CoM ahead of the soles, held only by that hand, and the executed
-#                        shifts back never arrived (a hand pushing on a wall) or the free arm was thrown forward
-#                        (ladder). The rail runs alongside the path: leaning along it keeps the CoM between hand
-#                        and feet, and stepping up onto the step needs it
+LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wall, rung) or the new contact is
+#                        a hand on a rung. Leaning there put the CoM ahead of the soles, held only by that hand:
+#                        the executed shift back never arrived (a hand pushing on a wall can't pull it back) or
+#                        the free arm was thrown forward (ladder). The rail runs alongside the path: leaning
+#                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 TORQUE_MARGIN = 1.0    # fraction of the torque limits a stance's static torques may use
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
@@ -359,7 +359,8 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
         if reach is not None:
             if lean is None:
-                front = any(c.limb in hum.HANDS and c.surface != "rail" for c in list(support) + [free])
+                front = (any(c.limb in hum.HANDS and c.surface != "rail" for c in support)
+                         or (free.limb in hum.HANDS and free.surface.startswith("rung")))
                 lean = LEAN_FRONT if front else LEAN
             com_xy = centre + lean * (reach - centre)
     x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
