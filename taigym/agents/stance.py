@@ -10,7 +10,7 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down) to its contact target while the others hold, pressing a centimetre past the
+  across, down; a foot leaving a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
   surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
   then ``load`` it: the new contact joins the support with a penalty on its forces that falls
   to 0 over the phase, while the CoM moves to the next configuration's.
@@ -26,7 +26,8 @@ integrated over the control step into the joint position targets of the env's PD
 (``control="pd"``); with ``control="torque"`` the QP's torques are sent instead.
 
 Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
-``agent.plan`` holds the last plan (``status``, stances, configurations).
+``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
+last QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
 """
 
 from __future__ import annotations
@@ -278,7 +279,7 @@ class StanceAgent(Agent):
             K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
-                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS, c.limb))
+                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))
         m = sum(g_[1].shape[1] for g_ in gens)
         nx = n + m + 21
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
@@ -318,8 +319,8 @@ class StanceAgent(Agent):
         Bf = np.zeros((n, m))
         col, hi_l = 0, []
         press = np.zeros(m)      # a hand pushing on a wall presses with HAND_PRESS at least
-        for J, K, kind, w_soft, hand, _ in gens:
-            if hand and kind == "cone" and w_soft == 0.0:
+        for J, K, kind, w_soft, limb in gens:
+            if limb in hum.HANDS and kind == "cone" and w_soft == 0.0:
                 press[col:col + K.shape[1]] = 1.0      # the normal force is the coefficients' sum
             Bf[:, col:col + K.shape[1]] = J.T @ K
             hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
@@ -347,7 +348,7 @@ class StanceAgent(Agent):
             return None
         self._tau = res.x[n + m:]
         self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb
-        for _, K, _, _, _, limb in gens:
+        for _, K, _, _, limb in gens:
             self.qp_forces[limb] = self.qp_forces.get(limb, 0.0) + K @ res.x[col:col + K.shape[1]]
             col += K.shape[1]
         return res.x[:n]

@@ -73,7 +73,6 @@ LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wa
 #                        the free arm was thrown forward (ladder). The rail runs alongside the path: leaning
 #                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
-TORQUE_MARGIN = 1.0    # fraction of the torque limits a stance's static torques may use
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -302,7 +301,7 @@ def contact_forces(model: StanceModel, support):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
     m = len(cols)
     B = np.column_stack([cc[0] for cc in cols])      # (27, m): generalised force per coefficient
-    tmax = TORQUE_MARGIN * hum.TORQUE_LIMITS
+    tmax = hum.TORQUE_LIMITS
     # tau = -(G_q + B_q lambda); equilibrium: G_b + B_b lambda = 0
     Bq = B[6:] / tmax[:, None]
     gq = G[6:] / tmax
