@@ -12,7 +12,8 @@ best-first search over adjacent stances.
   touching every contact of the larger stance, in static equilibrium on the contacts of the
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
-  torques within limits, joints within limits and no collision with the scene. It is solved in
+  torques within limits, joints within limits and no collision with the scene (on a ladder,
+  both hands also stay in front of the plane of rungs). It is solved in
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
@@ -343,7 +344,8 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
     point nearest the support's feet (hands carry part of the weight; the body stays over the
     feet) and, for Adj+, the point nearest the middle of all touched contacts (the free one at
     the far end of its range), i.e. leaning towards where the robot reaches (both are in the
-    convex equilibrium region, so is their blend). If the forces then fail (the CoM had to
+    convex equilibrium region, so is their blend; the blend is ``lean``, by default
+    :data:`LEAN`, or :data:`LEAN_FRONT` with a hand on the wall or a rung). If the forces then fail (the CoM had to
     leave its target to reach), a second pass aims at the balanced point nearest the CoM that
     the first pass reached, moved 15 % back towards the feet."""
     mass = model.robot.total_mass
