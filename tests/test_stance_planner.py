@@ -64,3 +64,28 @@ def test_unreachable_goal_ends_within_budget():
     plan = st.plan(TASK, goal=np.array([0.0, 0.0, 5.0]), time_limit=4.0)
     assert plan.status in ("budget", "exhausted") and not plan.solved
     assert plan.seconds < 4.0 + 3.0
+
+
+def test_ladder_stances_keep_the_hands_on_the_robots_side_of_the_rungs():
+    """The gaps between rungs are free space, but a hand through them is caught behind a rung
+    when it swings on: every IK stance on the ladder keeps both hands in front of the rungs."""
+    task = MultiContactTask(family="ladder", start=0.43, size=1.24, spacing=0.29)
+    model = st.StanceModel(task)
+    try:
+        step, stance = st.start_state(model)
+        (o, n), = model.ladder_planes
+        solved = 0
+        for estimate, solve in st._moves(model, stance, (step.base_pos, step.base_quat, step.q), task.goal()):
+            if not any(c.limb in st.hum.HANDS and c.surface.startswith("rung") for c in estimate):
+                continue
+            res = solve()
+            if res is None:
+                continue
+            solved += 1
+            s = res[1]
+            model.set((s.base_pos, s.base_quat, s.q))
+            for h in st.hum.HANDS:
+                assert (model.limb_ref(h) - o) @ n >= 0.5 * st.HAND_PLANE_CLEARANCE
+        assert solved >= 2
+    finally:
+        model.close()

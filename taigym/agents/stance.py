@@ -10,7 +10,7 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down) to its contact target while the others hold, pressing a centimetre past the
+  across, down; a foot leaving a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
   surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
   then ``load`` it: the new contact joins the support with a penalty on its forces that falls
   to 0 over the phase, while the CoM moves to the next configuration's.
@@ -26,7 +26,8 @@ integrated over the control step into the joint position targets of the env's PD
 (``control="pd"``); with ``control="torque"`` the QP's torques are sent instead.
 
 Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
-``agent.plan`` holds the last plan (``status``, stances, configurations).
+``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
+last QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ SHIFT_TOL = 0.015      # m, CoM error that ends a shift
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
 FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
+LADDER_BACKOFF = 0.12  # m, a foot's swing path on a ladder stays this far off the plane of rungs
 LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
@@ -119,8 +121,10 @@ class StanceAgent(Agent):
                     normal = tgt - surf.point(new.u)
                     normal[1] = 0.0
                     normal /= np.linalg.norm(normal)
+                before = [c for s in stances[:i + 1] for c in s if c.limb == new.limb]
+                from_rung = bool(before) and self.model.surfaces[before[-1].surface].kind == "bar"
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
-                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot))
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, from_rung=from_rung))
                 out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
                                 quat=b.base_quat))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
@@ -158,6 +162,11 @@ class StanceAgent(Agent):
                 rise[2] = max(x[2], above[2]) + 0.03
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
+                if ph["limb"] in hum.FEET and ph["from_rung"] and self.model.ladder_planes:
+                    # from rung to rung: back off the ladder first, up on the robot's side of
+                    # it, then in (straight up, the toe caught on the rung between)
+                    off = LADDER_BACKOFF * self.model.ladder_planes[0][1]
+                    ph["path"] = [x + off, above + off, above, press]
                 ph["t_way"], ph["ref"] = 0.0, x.copy()
                 pts = [x] + ph["path"]       # the phase may last the path's time at LIMB_SPEED more
                 ph["t_path"] = sum(np.linalg.norm(b - a) for a, b in zip(pts, pts[1:])) / LIMB_SPEED
@@ -270,7 +279,7 @@ class StanceAgent(Agent):
             K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
-                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb in hum.HANDS))
+                gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))
         m = sum(g_[1].shape[1] for g_ in gens)
         nx = n + m + 21
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
@@ -310,8 +319,8 @@ class StanceAgent(Agent):
         Bf = np.zeros((n, m))
         col, hi_l = 0, []
         press = np.zeros(m)      # a hand pushing on a wall presses with HAND_PRESS at least
-        for J, K, kind, w_soft, hand in gens:
-            if hand and kind == "cone" and w_soft == 0.0:
+        for J, K, kind, w_soft, limb in gens:
+            if limb in hum.HANDS and kind == "cone" and w_soft == 0.0:
                 press[col:col + K.shape[1]] = 1.0      # the normal force is the coefficients' sum
             Bf[:, col:col + K.shape[1]] = J.T @ K
             hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
@@ -338,6 +347,10 @@ class StanceAgent(Agent):
             self._tau = np.zeros(21)
             return None
         self._tau = res.x[n + m:]
+        self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb
+        for _, K, _, _, limb in gens:
+            self.qp_forces[limb] = self.qp_forces.get(limb, 0.0) + K @ res.x[col:col + K.shape[1]]
+            col += K.shape[1]
         return res.x[:n]
 
     @staticmethod

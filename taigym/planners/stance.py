@@ -12,7 +12,8 @@ best-first search over adjacent stances.
   touching every contact of the larger stance, in static equilibrium on the contacts of the
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
-  torques within limits, joints within limits and no collision with the scene. It is solved in
+  torques within limits, joints within limits and no collision with the scene (on a ladder,
+  both hands also stay in front of the plane of rungs). It is solved in
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
@@ -66,6 +67,13 @@ TRUST = 0.08           # m, rad: SQP trust region per step
 W_COM = 1e4            # CoM on its target (per m^2)
 W_UPRIGHT = 1e2        # torso upright (per rad^2)
 MAX_TILT = math.radians(50)   # torso tilt from upright accepted in a stance configuration
+LEAN = 0.4             # Adj+ CoM target: this fraction of the way from over the feet to the reach point,
+LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wall, rung) or the new contact is
+#                        a hand on a rung. Leaning there put the CoM ahead of the soles, held only by that hand:
+#                        the executed shift back never arrived (a hand pushing on a wall can't pull it back) or
+#                        the free arm was thrown forward (ladder). The rail runs alongside the path: leaning
+#                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
+HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -131,6 +139,18 @@ class StanceModel:
         self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
         self.surfaces: dict[str, Surface] = {s.name: s for s in task.surfaces()}
         self.sole_local = {f: np.mean(hum.LIMB_POINTS[f], axis=0) for f in hum.FEET}
+        # hands stay on the robot's side of a ladder's plane of rungs (point, normal towards the
+        # robot): the gaps between rungs are collision-free, and the CoM term of the IK threw a
+        # free hand through them, where the executed swing then caught it behind a rung
+        self.ladder_planes = []
+        if task.family == "ladder":
+            a = task.size
+            self.ladder_planes.append((np.array([task.start, 0.0, 0.0]), np.array([-math.sin(a), 0.0, math.cos(a)])))
+
+    def hand_clearance(self) -> float:
+        """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
+        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
+                   default=math.inf)
 
     def close(self) -> None:
         try:
@@ -316,7 +336,7 @@ def _fail(reason: str):
 
 
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
-             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float = 0.4):
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float | None = None):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
     ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
 
@@ -324,7 +344,8 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
     point nearest the support's feet (hands carry part of the weight; the body stays over the
     feet) and, for Adj+, the point nearest the middle of all touched contacts (the free one at
     the far end of its range), i.e. leaning towards where the robot reaches (both are in the
-    convex equilibrium region, so is their blend). If the forces then fail (the CoM had to
+    convex equilibrium region, so is their blend; the blend is ``lean``, by default
+    :data:`LEAN`, or :data:`LEAN_FRONT` with a hand on the wall or a rung). If the forces then fail (the CoM had to
     leave its target to reach), a second pass aims at the balanced point nearest the CoM that
     the first pass reached, moved 15 % back towards the feet."""
     mass = model.robot.total_mass
@@ -338,6 +359,10 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         far = Contact(free.limb, free.surface, u_bounds[1] if goal_dir > 0 else u_bounds[0])
         reach = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in fixed + [far]], axis=0))
         if reach is not None:
+            if lean is None:
+                front = (any(c.limb in hum.HANDS and c.surface != "rail" for c in support)
+                         or (free.limb in hum.HANDS and free.surface.startswith("rung")))
+                lean = LEAN_FRONT if front else LEAN
             com_xy = centre + lean * (reach - centre)
     x = (np.array(x0[0], float), np.array(x0[1], float), np.array(x0[2], float))
     u = float(np.clip(free.u, *u_bounds)) if free is not None else 0.0
@@ -428,6 +453,14 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             hi = np.r_[hi, min(u_bounds[1] - u, trust)]
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
+        for o, nrm in model.ladder_planes:
+            for h in hum.HANDS:
+                x_h = model.limb_ref(h)
+                Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
+                r = np.zeros(nv)
+                r[:27] = nrm @ Jh[0]
+                A_rows.append(r[None])
+                a_lo.append(HAND_PLANE_CLEARANCE - float((x_h - o) @ nrm))
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
         dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
         if dx is None:
@@ -457,6 +490,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
+    if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
+        return "hand through the ladder"
     return base, quat, q, u
 
 
