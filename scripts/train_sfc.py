@@ -13,7 +13,7 @@ held-out precision / recall, for Transport-v0 (``--kind planar``) or Transport3D
 Ends with one JSON line. Usage:
   PYTHONPATH=. python scripts/train_sfc.py generate --tasks 120 --data sfc_data.npz
   PYTHONPATH=. python scripts/train_sfc.py train --data sfc_data.npz --out taigym/models/data/sfc.pt
-  PYTHONPATH=. python scripts/train_sfc.py generate --kind 3d --tasks 150 --data sfc3d_data.npz
+  PYTHONPATH=. python scripts/train_sfc.py generate --kind 3d --tasks 200 --levels 8 --data sfc3d_data.npz
   PYTHONPATH=. python scripts/train_sfc.py train --kind 3d --data sfc3d_data.npz --out taigym/models/data/sfc3d.pt
 """
 
@@ -45,7 +45,8 @@ def _save(path: str, data: dict) -> None:
 
 
 def _planar():
-    """(tasks, plan(i, task) -> (path, problem), config, label, carried) for Transport-v0."""
+    """(task family, plan(i, task) -> (path, problem), timing config, label, carried container)
+    for Transport-v0."""
     from taigym.sim.carried import CarriedContainer2D
 
     cfg = SFRRTConfig()

@@ -196,6 +196,9 @@ def _gap_layout(rng, p0, p1, top_r, height) -> tuple:
                  for s in (-1.0, 1.0))
 
 
+_OBSTACLES = {"open": lambda *_: (), "box": _box_layout, "shelf": _shelf_layout, "gap": _gap_layout}
+
+
 def sample_feasible_task(rng: np.random.Generator, arm, layout: str | None = None) -> Transport3DTask:
     """A random task of ``layout`` (one of :data:`LAYOUTS`; default: drawn with
     :data:`LAYOUT_WEIGHTS`) that ``arm`` (a ``PandaCarrier``) can start and finish, redrawn
@@ -227,9 +230,8 @@ def sample_task(rng: np.random.Generator, container_origin, layout: str = "open"
             continue
         top_r = rng.uniform(0.03, MAX_TOP_RADIUS)
         height = rng.uniform(0.06, MAX_HEIGHT)
-        make = {"open": lambda *_: (), "box": _box_layout, "shelf": _shelf_layout, "gap": _gap_layout}
         return Transport3DTask(start=tuple(start), goal=tuple(p1),
-                               obstacles=make[layout](rng, p0, p1, top_r, height),
+                               obstacles=_OBSTACLES[layout](rng, p0, p1, top_r, height),
                                bottom_radius=top_r * rng.uniform(0.7, 1.0), top_radius=top_r,
                                height=height, fill=rng.uniform(0.3, 0.8), layout=layout)
 
