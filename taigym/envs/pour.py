@@ -121,6 +121,7 @@ steps per second, for RL and for planning.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -479,6 +480,41 @@ def _half_planes(poly: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return n[keep].T.copy(), np.einsum("ij,ij->i", n[keep], poly[keep])
 
 
+class _TaskGeometry:
+    """A task's scene geometry at one wall thickness, the constants that resets to the task
+    share (containers are immutable): S, T, S's solid sampled along its walls, the fast
+    inside/distance tests, the solids' bounding boxes (own frames, m), S's max tilt at the
+    task's fill (rad) and the per-task entries of the state vector (read-only)."""
+
+    def __init__(self, task: PourTask, wall_thickness: float):
+        from taigym.models.outflow_tables import outflow_tables
+
+        self.source = source = task.source_shape(wall_thickness)
+        self.target = target = task.target_shape(wall_thickness)
+        self.solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
+        self.s_region = _Region(source)
+        self.t_walls = _Walls(target)
+        self.s_box, self.t_box = _solid_box(source), _solid_box(target)
+        # from seed 000's lookup tables (cached per container; within 2e-3 rad of
+        # ``Container.max_tilt_angle``, ~20x faster)
+        self.max_tilt = outflow_tables(source).max_lean(source.liquid_area(task.fill))
+        n_obst = len(task.obstacles)
+        self.state = np.concatenate([
+            np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
+            [0.0],  # time, filled in per step
+            _shape_features(source), [self.max_tilt], _shape_features(target),
+            np.ravel(task.obstacles), np.zeros(4 * (MAX_OBSTACLES - n_obst))])
+        for a in (self.solid_pts, self.state):
+            a.setflags(write=False)
+
+
+@functools.lru_cache(maxsize=256)
+def task_geometry(task: PourTask, wall_thickness: float) -> _TaskGeometry:
+    """The task's :class:`_TaskGeometry`, built once per (task, wall thickness): resetting to a
+    task seen before (a fixed split) costs no geometry."""
+    return _TaskGeometry(task, wall_thickness)
+
+
 # Built worlds handed back by closed envs, by (resolution, batch size, capacity, arch): Taichi
 # compiles the solver's kernels anew for every solver instance, which costs seconds.
 _WORLD_POOL: dict[tuple, list] = {}
@@ -494,7 +530,7 @@ class _Member:
         self.t_walls = None
         self.s_box = self.t_box = (0.0, 0.0, 0.0, 0.0)  # solids' bounding boxes, own frames (m)
         self.s_bound = 0.0
-        self.t_oc = self.s_oc = np.zeros(2)
+        self.t_oc = self.s_oc = (0.0, 0.0)   # opening centres, own frames (m)
         self.solid_pts = None          # S's wall centreline, densified (S frame)
         self.obst: list[tuple] = []    # the task's obstacles as (cx, cy, hx, hy), m
         self.obst_step = math.inf      # longest sub-move that cannot jump through one (m)
@@ -594,25 +630,23 @@ class PourBatch:
 
     # ------------------------------------------------------------------ reset
     def _prepare(self, task: PourTask, particles: bool = True):
-        """(S, T, S's liquid lattice, S's solid sampled along its walls, obstacles as (x, y,
-        half width, half height)) of a task, checked before anything changes, so that a failed
-        reset leaves the member as it was (any fidelity; the lattice only with ``particles`` or
-        obstacles)."""
+        """(the task's geometry, S's liquid lattice, obstacles as (x, y, half width, half
+        height)) of a task, checked before anything changes, so that a failed reset leaves the
+        member as it was (any fidelity; the lattice only with ``particles`` or obstacles)."""
         cfg = self.cfg
-        source = task.source_shape(cfg.wall_thickness)
-        target = task.target_shape(cfg.wall_thickness)
+        geo = task_geometry(task, cfg.wall_thickness)
         obst = [(x, y, 0.5 * wd, 0.5 * ht) for x, y, wd, ht in task.obstacles]
-        fill_pts = source.fill_points(task.fill, 0.5 * cfg.dx) if (obst or particles) else None
-        solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
+        fill_pts = geo.source.fill_points(task.fill, 0.5 * cfg.dx) if (obst or particles) else None
         if obst:
-            self._check_obstacles(task, source, target, solid_pts, fill_pts, obst)
-        return source, target, fill_pts, solid_pts, obst
+            self._check_obstacles(task, geo.source, geo.target, geo.solid_pts, fill_pts, obst)
+        return geo, fill_pts, obst
 
     def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
         from taigym.sim import Box
 
         cfg = self.cfg
-        source, target, fill_pts, solid_pts, obst = self._prepare(task)
+        geo, fill_pts, obst = self._prepare(task)
+        source, target = geo.source, geo.target
         if len(fill_pts) > cfg.capacity:
             raise ValueError(f"the task needs {len(fill_pts)} particles but max_particles="
                              f"{cfg.capacity}; pass a larger max_particles to gym.make")
@@ -641,48 +675,40 @@ class PourBatch:
                              member=b)
         w.reseed(jitter_seed, member=b)
         w.fill_body(SOURCE, task.fill, member=b, liquid_follows=task.liquid_velocity == "follow")
-        m = self._init_member(b, task, source, target, solid_pts, obst)
+        m = self._init_member(b, task, geo, obst)
         m.n, m.x, m.v = w.particle_count(b), None, None
         frames = self._frames([b], [m])
         self._finish_reset(b, w.fractions(b), np.zeros(0) if frames is None else frames[0])
 
-    def _init_member(self, b: int, task: PourTask, source, target, solid_pts: np.ndarray,
+    def _init_member(self, b: int, task: PourTask, geo: _TaskGeometry,
                      obst: list[tuple]) -> _Member:
         """Member b's geometry, poses, clock and per-task state vector (any fidelity)."""
         m = self.members[b]
+        source, target = geo.source, geo.target
         m.task, m.source, m.target = task, source, target
-        m.s_region = _Region(source)
-        m.solid_pts = solid_pts
+        m.s_region = geo.s_region
+        m.solid_pts = geo.solid_pts
         m.obst = obst
         # sub-moves no longer than half the thinnest obstacle plus S's wall cannot cross it
         # unseen (see _clip_move)
         m.obst_step = min((source.radius + min(hx, hy) for _, _, hx, hy in obst), default=math.inf)
-        m.t_walls = _Walls(target)
+        m.t_walls = geo.t_walls
         m.s_bound = source.bounding_radius
-        m.s_box = _solid_box(source)
-        m.t_box = _solid_box(target)
-        m.t_oc, m.s_oc = target.opening_centre, source.opening_centre
+        m.s_box, m.t_box = geo.s_box, geo.t_box
+        m.t_oc, m.s_oc = tuple(target.opening_centre.tolist()), tuple(source.opening_centre.tolist())
         m.s_pose = np.array(task.source_pose, dtype=np.float64)
         m.s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
         m.t_pose = task.target_pose_at(0.0)
         m.t_vel = task.target_velocity_at(0.0)
         m.time, m.steps, m.unstable = 0.0, 0, False
         m.prev_action = np.clip(m.s_vel * CONTROL_DT / ACTION_SCALE, -1, 1)
-        m.max_tilt = self._max_tilt(source, task)
-        m.state_buf = np.concatenate([
-            np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
-            [0.0],  # time, filled in per step
-            _shape_features(source), [m.max_tilt], _shape_features(target),
-            np.ravel(task.obstacles), np.zeros(4 * (MAX_OBSTACLES - len(obst)))])
-        m.obs_buf = np.concatenate([m.state_buf, np.zeros(HISTORY * self._frame_size())])
+        m.max_tilt = geo.max_tilt
+        m.state_buf = geo.state.copy()
+        # the history of frames lives in the observation buffer (newest first): ``hist`` is a
+        # view, so the observation needs no copy of it
+        m.obs_buf = np.concatenate([geo.state, np.zeros(HISTORY * self._frame_size())])
+        m.hist = m.obs_buf[N_STATE:].reshape(HISTORY, self._frame_size())
         return m
-
-    def _max_tilt(self, source, task: PourTask) -> float:
-        """S's quasi-static max tilt at the task's fill (rad), from seed 000's lookup tables
-        (cached per container; within 2e-3 rad of ``Container.max_tilt_angle``, ~20x faster)."""
-        from taigym.models.outflow_tables import outflow_tables
-
-        return outflow_tables(source).max_lean(source.liquid_area(task.fill))
 
     def _frame_size(self) -> int:
         return {"features": self.cfg.heightfield_bins, "lip": 2}.get(self.cfg.obs_mode, 0)
@@ -690,7 +716,7 @@ class PourBatch:
     def _finish_reset(self, b: int, fr: dict, frame: np.ndarray) -> None:
         m = self.members[b]
         m.spilled = fr["spilled"]
-        m.hist = np.repeat(frame[None], HISTORY, axis=0)
+        m.hist[:] = frame
         m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
                             collision=False)
 
@@ -869,15 +895,12 @@ class PourBatch:
     def _fill_state(self, m: _Member, st: np.ndarray) -> None:
         """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped)."""
         x, y, th = m.s_pose.tolist()
+        tx, ty, _ = m.t_pose.tolist()
+        tvx, tvy, _ = m.t_vel.tolist()
         ox, oy = m.s_oc
-        tx, ty = m.t_pose[0], m.t_pose[1]
         c, s_ = math.cos(th), math.sin(th)
-        st[0:3] = m.s_pose
-        st[3:6] = m.s_vel
-        st[6:8] = m.t_pose[:2]
-        st[8:10] = m.t_vel[:2]
-        st[10] = tx + m.t_oc[0] - (x + c * ox - s_ * oy)
-        st[11] = ty + m.t_oc[1] - (y + s_ * ox + c * oy)
+        st[0:12] = (x, y, th, *m.s_vel.tolist(), tx, ty, tvx, tvy,
+                    tx + m.t_oc[0] - (x + c * ox - s_ * oy), ty + m.t_oc[1] - (y + s_ * ox + c * oy))
         st[14] = m.time / self.cfg.horizon
 
     def _state(self, m: _Member) -> np.ndarray:
@@ -891,11 +914,11 @@ class PourBatch:
     def observation(self, b: int):
         cfg, m = self.cfg, self.members[b]
         if cfg.obs_mode in ("features", "lip"):
-            # state and history in one buffer, clipped in one go: the same values as clipping the
-            # state to its bounds and the history to [0, 1.5] separately
+            # state and history in one buffer (``m.hist`` is a view of its tail), clipped in one
+            # go: the same values as clipping the state to its bounds and the history to [0, 1.5]
+            # separately
             buf = m.obs_buf
             self._fill_state(m, buf)
-            buf[N_STATE:] = m.hist.ravel()
             obs = np.minimum(np.maximum(buf, self.obs_lo), self.obs_hi).astype(np.float32)
             st = obs[:N_STATE]
             if math.isnan(st.sum()):                     # clipping leaves only nan to fix
@@ -913,8 +936,8 @@ class PourBatch:
     # ------------------------------------------------------------------ step
     def _moves(self, actions: np.ndarray, active: np.ndarray) -> list[tuple]:
         """The active members' moves (all if ``active`` is None) under actions in [-1, 1]^3:
-        (member, action, S's next pose, S's velocity, T's next pose, clipped, S's penetration
-        into T) each."""
+        (member, action, S's next pose, S's velocity, T's next pose, T's next velocity,
+        clipped, S's penetration into T) each."""
         dt, members = CONTROL_DT, self.members
         acts = np.asarray(actions, np.float64)
         if not math.isfinite(acts.sum()):               # one reduction: any nan or inf
@@ -924,9 +947,13 @@ class PourBatch:
         plans = []
         for b in (range(self.B) if active is None else np.flatnonzero(active).tolist()):
             m = members[b]
-            t_next = m.task.target_pose_at(m.time + dt)
+            (tx, ty), (tvx, tvy) = m.task.target_state_at(m.time + dt)
+            t_next = np.array([tx, ty, 0.0])
             s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
-            plans.append((b, acts[b], s_next, (s_next - m.s_pose) / dt, t_next, clipped, pen))
+            # (s_next - s_pose) / dt in Python floats (the same numbers, no NumPy calls)
+            (x0, y0, th0), (x1, y1, th1) = m.s_pose.tolist(), s_next.tolist()
+            s_vel = np.array([(x1 - x0) / dt, (y1 - y0) / dt, (th1 - th0) / dt])
+            plans.append((b, acts[b], s_next, s_vel, t_next, np.array([tvx, tvy, 0.0]), clipped, pen))
         return plans
 
     def step(self, actions: np.ndarray, active: np.ndarray | None) -> None:
@@ -941,17 +968,16 @@ class PourBatch:
             poses[b, TARGET] = m.t_pose
             poses[b, OBSTACLE_HANDLES[0]:] = m.obst_poses
         plans = self._moves(actions, active)
-        for b, _, _, s_vel, t_next, _, _ in plans:
+        for b, _, _, s_vel, t_next, _, _, _ in plans:
             vels[b, SOURCE] = s_vel
             vels[b, TARGET] = (t_next - members[b].t_pose) / dt
         w.set_poses(poses, vels)
         w.advance(dt)
         self._after_step(plans, w.unstable_members())
 
-    def _advance_clock(self, m: _Member, s_next, s_vel, t_next) -> None:
+    def _advance_clock(self, m: _Member, s_next, s_vel, t_next, t_vel) -> None:
         """Move member m's poses, velocities and clock on by one control step."""
-        m.s_vel = s_vel
-        m.t_vel = m.task.target_velocity_at(m.time + CONTROL_DT)
+        m.s_vel, m.t_vel = s_vel, t_vel
         m.s_pose, m.t_pose = s_next, t_next
         m.time += CONTROL_DT
         m.steps += 1
@@ -967,8 +993,8 @@ class PourBatch:
         w = self.world
         scores = w.target_scores()
         frames = self._frames(rows, ms)
-        for i, (m, (b, a, s_next, s_vel, t_next, clipped, pen)) in enumerate(zip(ms, plans)):
-            self._advance_clock(m, s_next, s_vel, t_next)
+        for i, (m, (b, a, s_next, s_vel, t_next, t_vel, clipped, pen)) in enumerate(zip(ms, plans)):
+            self._advance_clock(m, s_next, s_vel, t_next, t_vel)
             m.unstable, m.x, m.v = bool(unstable[b]), None, None
             self._finish_step(b, a, w.fractions(b), scores[b] / max(m.n, 1),
                               None if frames is None else frames[i], clipped, pen)

@@ -95,7 +95,7 @@ class SimplifiedMember:
             tau = hit_floor[1] if hit_floor is not None else 0.0
         else:
             x_land, tau = hit
-            tx = task.target_pose_at(t_emit + tau)[0] + self.t_oc[0]
+            tx = task.target_state_at(t_emit + tau)[0][0] + self.t_oc[0]
             dist = abs(x_land - tx)
             in_t = dist < self.t_half
             rp = max(0.0, 1.0 - dist / self.t_half)
@@ -130,19 +130,23 @@ class SimplifiedMember:
         return y + s * lip[0] + c * lip[1] + self.liquid.head(th)
 
     def column_heights(self, pose, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                       scale: float) -> np.ndarray:
+                       scale: float, clip: bool = True) -> np.ndarray:
         """Height of the top of the liquid on S-frame vertical lines ``xs`` whose interior spans
-        [lo, hi] (m), times ``scale`` and clipped to [0, 1.5]; 0 where there is no liquid."""
+        [lo, hi] (m), times ``scale`` and clipped to [0, 1.5]; 0 where there is no liquid.
+        ``clip=False`` skips the clip, for spans with 0 <= lo and hi * scale <= 1.5 (the liquid's
+        top lies in [lo, hi]: the clip would change nothing)."""
         if self.liquid.volume <= 0.0:
             return np.zeros(len(xs))
-        x, y, th = (float(v) for v in pose)
-        level = self.level((x, y, th))
+        x, y, th = pose = tuple(map(float, pose))       # Python floats: NumPy scalars are slower
+        level = self.level(pose)
         c, s = math.cos(th), math.sin(th)
         rhs = level - y - s * xs                        # liquid where c * y_local <= rhs
         if c > 1e-9:
             top = np.minimum(hi, rhs / c)
         else:                                           # upside down: liquid from the top down
             top = np.where(c * hi <= rhs, hi, -np.inf)
+        if not clip:
+            return np.where(top >= lo, top * scale, 0.0)
         return np.where(top >= lo, np.minimum(np.maximum(top * scale, 0.0), 1.5), 0.0)
 
     def render_points(self, pose, t_pose, time: float, spacing: float):
@@ -191,9 +195,9 @@ class SimplifiedPourBatch(PourBatch):
             m.task = None
 
     def reset_member(self, b: int, task, jitter_seed: int) -> None:
-        source, target, _, solid_pts, obst = self._prepare(task, particles=False)
-        m = self._init_member(b, task, source, target, solid_pts, obst)
-        m.liq = SimplifiedMember(task, source, target, task.obstacles)
+        geo, _, obst = self._prepare(task, particles=False)
+        m = self._init_member(b, task, geo, obst)
+        m.liq = SimplifiedMember(task, geo.source, geo.target, task.obstacles)
         m.n = 0
         m.x = np.zeros((0, 2))
         m.v = np.zeros((0, 2))
@@ -220,27 +224,35 @@ class SimplifiedPourBatch(PourBatch):
         xs = np.clip(xs, poly[:, 0].min() + 1e-9, poly[:, 0].max() - 1e-9)
         m.col_x = xs
         m.col_lo, m.col_hi = _columns(poly, xs)
+        m.col_scale = 1.0 / s.height
+        # S's interior lies above its inner bottom and below its height (every built-in shape):
+        # the heights need no clip to [0, 1.5]
+        m.col_clip = not (m.col_lo.min() >= 0.0 and m.col_hi.max() * m.col_scale <= 1.5)
 
     def _liquid_fractions(self, m: _Member) -> dict:
         q = m.liq
-        return {"in": {0: q.in_source, 1: q.in_target}, "spilled": q.spilled,
-                "in_flight": q.in_flight}
+        in_s, in_t, spilled = q.in_source, q.in_target, q.spilled
+        return {"in": {0: in_s, 1: in_t}, "spilled": spilled,
+                "in_flight": max(0.0, 1.0 - in_s - in_t - spilled)}   # q.in_flight
 
     def _frame(self, m: _Member, loc) -> np.ndarray:
         if self.cfg.obs_mode not in ("features", "lip"):
             return np.zeros(0)
-        y = m.liq.column_heights(m.s_pose, m.col_x, m.col_lo, m.col_hi, 1.0 / m.source.height)
+        y = m.liq.column_heights(m.s_pose.tolist(), m.col_x, m.col_lo, m.col_hi, m.col_scale,
+                                 m.col_clip)
         if self.cfg.obs_mode == "features":
             return y
         return np.array([y[:3].max(), y[3:].max()])
 
     def step(self, actions: np.ndarray, active: np.ndarray | None) -> None:
-        for b, a, s_next, s_vel, t_next, clipped, pen in self._moves(actions, active):
+        frames = self.cfg.obs_mode in ("features", "lip")
+        for b, a, s_next, s_vel, t_next, t_vel, clipped, pen in self._moves(actions, active):
             m = self.members[b]
-            theta_prev = float(m.s_pose[2])
-            self._advance_clock(m, s_next, s_vel, t_next)
-            earned = m.liq.step(s_next, s_vel, theta_prev, m.time, CONTROL_DT, t_next)
-            frame = self._frame(m, None) if self.cfg.obs_mode in ("features", "lip") else None
+            theta_prev = m.s_pose[2].item()
+            self._advance_clock(m, s_next, s_vel, t_next, t_vel)
+            earned = m.liq.step(s_next.tolist(), s_vel.tolist(), theta_prev, m.time, CONTROL_DT,
+                                t_next)
+            frame = self._frame(m, None) if frames else None
             self._finish_step(b, a, self._liquid_fractions(m), earned, frame, clipped, pen)
 
     def velocities(self, b: int) -> np.ndarray:

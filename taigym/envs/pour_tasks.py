@@ -222,6 +222,14 @@ class PourTask:
         _, vy = reflect(self.target_position[1], self.target_velocity[1], t, y_lo, y_hi)
         return np.array([vx, vy, 0.0])
 
+    def target_state_at(self, t: float) -> tuple[tuple[float, float], tuple[float, float]]:
+        """T's position (x, y) and velocity (vx, vy) at time t (s) as Python floats: what
+        ``target_pose_at`` and ``target_velocity_at`` give, in one pass (the env's step path)."""
+        x_lo, x_hi, y_lo, y_hi = self.target_bounds
+        x, vx = reflect(self.target_position[0], self.target_velocity[0], t, x_lo, x_hi)
+        y, vy = reflect(self.target_position[1], self.target_velocity[1], t, y_lo, y_hi)
+        return (x, y), (vx, vy)
+
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
         """A JSON-ready dict (lists and plain floats) that ``from_dict`` turns back into the task."""

@@ -32,6 +32,7 @@ import hashlib
 import math
 import os
 import tempfile
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,10 +98,17 @@ class OutflowTables:
     capacity: float               # interior area (m^2)
 
     def __post_init__(self) -> None:
-        # (h, A, c_x, c_y) stacked per node, for one slice per lookup on the env's step path
-        object.__setattr__(self, "_stacked", np.stack(
-            [self.head, self.section, self.centroid[..., 0], self.centroid[..., 1]], axis=-1))
-        object.__setattr__(self, "_wall", np.column_stack([self.wall_drop, self.wall_direction]))
+        # (h, A, c_x, c_y) stacked per node, for one slice per lookup
+        stacked = np.stack([self.head, self.section, self.centroid[..., 0], self.centroid[..., 1]],
+                           axis=-1)
+        wall = np.column_stack([self.wall_drop, self.wall_direction])
+        object.__setattr__(self, "_stacked", stacked)
+        object.__setattr__(self, "_wall", wall)
+        # the same as flat arrays of Python floats, for the env's per-step lookups
+        # (SimplifiedLiquid.lookup: indexing them needs no NumPy call): node (i, j)'s (h, A, c_x,
+        # c_y) at 4 (i N_VOLUME + j), lean i's (drop, direction x, y) at 3 i
+        object.__setattr__(self, "flat", array("d", stacked.tobytes()))
+        object.__setattr__(self, "flat_wall", array("d", wall.tobytes()))
 
     def lookup(self, lean: float, volume: float) -> tuple[float, float, float, float]:
         """(h, A, c_x, c_y) at one (lean, volume), bilinear; clamped to the grid."""

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import json
 import math
-from array import array
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -204,7 +203,11 @@ class SimplifiedLiquid:
         if volume < 0 or not math.isfinite(volume):
             raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
         self.shape = shape
-        self.tables = tables if tables is not None else outflow_tables(shape)
+        self.tables = t = tables if tables is not None else outflow_tables(shape)
+        # the grid's size and scales for the pure-Python bilinear lookups (per step, per env)
+        self._n_l, self._n_v = len(t.leans), len(t.volumes)
+        self._lean_scale = (self._n_l - 1) / float(t.leans[-1])
+        self._vol_scale = (self._n_v - 1) / float(t.volumes[-1])
         self.fit = fit
         self.volume = float(min(volume, self.tables.capacity))
         self.speed = 0.0
@@ -213,7 +216,20 @@ class SimplifiedLiquid:
         # liquid's own (S may start moving under liquid at rest: a velocity step, a slosh)
         self._velocity = (float(velocity[0]), float(velocity[1]))
         self._tilt = (0.0, 0.0)                         # surface tilt from S's acceleration (rad), its rate (rad/s)
-        self._flat = self._flat_wall = None
+
+    @property
+    def fit(self) -> OutflowFit | None:
+        """The identified coefficients (None: lookups only, as in the system identification)."""
+        return self._fit
+
+    @fit.setter
+    def fit(self, fit: OutflowFit | None) -> None:
+        self._fit = fit
+        # per-step constants of the fit: (weight, index in step's regressor tuple) in the fit's
+        # term order, and the jet direction offset (None if zero)
+        self._weighted = () if fit is None else tuple(
+            (w, TERMS.index(term)) for w, term in zip(fit.weights, fit.terms))
+        self._offset = None if fit is None or fit.direction == (0.0, 0.0) else fit.direction
 
     @property
     def surface(self) -> tuple[float, float, float, float]:
@@ -245,50 +261,62 @@ class SimplifiedLiquid:
         om = self.slosh_frequency()
         n = max(1, int(math.ceil(dt * om / 0.1)))       # semi-implicit Euler, omega h <= 0.1
         h = dt / n
+        stiff, damp = -om * om, 2.0 * SLOSH_DAMPING * om
         for _ in range(n):
-            rate += h * (-om * om * (phi - target) - 2.0 * SLOSH_DAMPING * om * rate)
+            rate += h * (stiff * (phi - target) - damp * rate)
             phi += h * rate
         self._tilt = (phi, rate)
         return phi
 
+    def _cell(self, lean: float) -> tuple[int, int, float, float, float]:
+        """The table cell of ``lean`` (rad, >= 0 towards the pouring lip) and the current volume:
+        the flat index of node (i, j) (its (i, j + 1) is 4 further, (i + 1, j) ``4 n_v``
+        further), i (for the wall table), the lean in grid units (clamped) and the fractions
+        along the lean and the volume."""
+        n_l, n_v = self._n_l, self._n_v
+        li = min(max(lean, 0.0) * self._lean_scale, n_l - 1.0)
+        vj = min(max(self.volume, 0.0) * self._vol_scale, n_v - 1.0)
+        i, j = int(li), int(vj)
+        if i > n_l - 2:
+            i = n_l - 2
+        if j > n_v - 2:
+            j = n_v - 2
+        return (i * n_v + j) * 4, i, li, li - i, vj - j
+
     def lookup(self, theta: float) -> tuple[float, float, float, float, float, float, float]:
         """(h, A, c_x, c_y in S's frame, wall drop, d_x, d_y world) at pose angle ``theta`` for
         the current volume; the pouring lip is the right one for theta <= 0, else the left.
-        Bilinear in pure Python (no NumPy calls): this is the simplified env's inner loop."""
-        t = self.tables
-        if self._flat is None:
-            self._flatten()
+        Bilinear in pure Python on flat copies of the tables (no NumPy calls): this is the
+        simplified env's inner loop."""
         sign = 1.0 if theta <= 0.0 else -1.0            # mirror a lean to the left
-        n_l, n_v = len(t.leans), len(t.volumes)
-        li = min(max(-theta * sign, 0.0) * self._lean_scale, n_l - 1.0)
-        vj = min(max(self.volume, 0.0) * self._vol_scale, n_v - 1.0)
-        i, j = min(int(li), n_l - 2), min(int(vj), n_v - 2)
-        fi, fj = li - i, vj - j
-        f, k0 = self._flat, (i * n_v + j) * 4           # node (i, j); (i, j + 1) is 4 further
-        k1 = k0 + 4 * n_v                               # node (i + 1, j)
-        h, sec, cx, cy = [(f[k0 + q] + (f[k0 + 4 + q] - f[k0 + q]) * fj) * (1.0 - fi) +
-                          (f[k1 + q] + (f[k1 + 4 + q] - f[k1 + q]) * fj) * fi for q in range(4)]
+        k0, i, li, fi, fj = self._cell(-theta * sign)
+        f, k1, gi = self.tables.flat, k0 + 4 * self._n_v, 1.0 - fi
+        a, b = f[k0], f[k1]
+        h = (a + (f[k0 + 4] - a) * fj) * gi + (b + (f[k1 + 4] - b) * fj) * fi
+        a, b = f[k0 + 1], f[k1 + 1]
+        sec = (a + (f[k0 + 5] - a) * fj) * gi + (b + (f[k1 + 5] - b) * fj) * fi
+        a, b = f[k0 + 2], f[k1 + 2]
+        cx = (a + (f[k0 + 6] - a) * fj) * gi + (b + (f[k1 + 6] - b) * fj) * fi
+        a, b = f[k0 + 3], f[k1 + 3]
+        cy = (a + (f[k0 + 7] - a) * fj) * gi + (b + (f[k1 + 7] - b) * fj) * fi
         if h <= 0.0:
             sec = 0.0                                   # surface below the lip: no section
-        w = self._flat_wall
-        drop, wx, wy = [w[3 * i + q] + (w[3 * i + 3 + q] - w[3 * i + q]) * fi for q in range(3)]
-        n = math.hypot(wx, wy) or 1.0
+        w, k = self.tables.flat_wall, 3 * i
+        drop = w[k] + (w[k + 3] - w[k]) * fi
+        wx = w[k + 1] + (w[k + 4] - w[k + 1]) * fi
+        wy = w[k + 2] + (w[k + 5] - w[k + 2]) * fi
         # jet direction: horizontal while the lip-side wall rises towards the lip, else along it,
         # turned by the identified offset (a pour to the right; mirrored below)
-        dx, dy = (1.0, 0.0) if wy > 0.0 else (wx / n, wy / n)
-        if self.fit is not None and self.fit.direction != (0.0, 0.0):
-            off = self.fit.direction[0] + self.fit.direction[1] * (li / self._lean_scale)
+        if wy > 0.0:
+            dx, dy = 1.0, 0.0
+        else:
+            n = math.hypot(wx, wy) or 1.0
+            dx, dy = wx / n, wy / n
+        if self._offset is not None:
+            off = self._offset[0] + self._offset[1] * (li / self._lean_scale)
             co, so = math.cos(off), math.sin(off)
             dx, dy = co * dx - so * dy, so * dx + co * dy
         return h, sec, sign * cx, cy, drop, sign * dx, dy
-
-    def _flatten(self) -> None:
-        """Flat copies of the tables for pure-Python lookups (a memcpy, not a list build)."""
-        t = self.tables
-        self._flat = array("d", t._stacked.tobytes())
-        self._flat_wall = array("d", t._wall.tobytes())
-        self._lean_scale = (len(t.leans) - 1) / float(t.leans[-1])
-        self._vol_scale = (len(t.volumes) - 1) / float(t.volumes[-1])
 
     def head(self, theta: float) -> float:
         """h alone (m): the free surface's height over the pouring lip at pose angle ``theta``."""
@@ -296,19 +324,14 @@ class SimplifiedLiquid:
 
     def head_section(self, theta: float) -> tuple[float, float]:
         """(h, A) of :meth:`lookup` alone, at pose angle ``theta`` for the current volume."""
-        if self._flat is None:
-            self._flatten()
-        t = self.tables
-        n_l, n_v = len(t.leans), len(t.volumes)
-        li = min(max(abs(theta), 0.0) * self._lean_scale, n_l - 1.0)
-        vj = min(max(self.volume, 0.0) * self._vol_scale, n_v - 1.0)
-        i, j = min(int(li), n_l - 2), min(int(vj), n_v - 2)
-        fi, fj = li - i, vj - j
-        f, k0 = self._flat, (i * n_v + j) * 4
-        k1 = k0 + 4 * n_v
-        h, sec = [(f[k0 + q] + (f[k0 + 4 + q] - f[k0 + q]) * fj) * (1.0 - fi) +
-                  (f[k1 + q] + (f[k1 + 4 + q] - f[k1 + q]) * fj) * fi for q in range(2)]
-        return h, (sec if h > 0.0 else 0.0)
+        k0, _, _, fi, fj = self._cell(abs(theta))
+        f, k1, gi = self.tables.flat, k0 + 4 * self._n_v, 1.0 - fi
+        a, b = f[k0], f[k1]
+        h = (a + (f[k0 + 4] - a) * fj) * gi + (b + (f[k1 + 4] - b) * fj) * fi
+        if h <= 0.0:
+            return h, 0.0
+        a, b = f[k0 + 1], f[k1 + 1]
+        return h, (a + (f[k0 + 5] - a) * fj) * gi + (b + (f[k1 + 5] - b) * fj) * fi
 
     def step(self, pose, velocity, theta_prev: float, dt: float) -> Outflow:
         """Advance by ``dt`` s with S at ``pose`` = (x, y, theta) moving at ``velocity`` =
@@ -317,8 +340,8 @@ class SimplifiedLiquid:
         S's acceleration tilts the free surface (:meth:`surface_tilt`): the head h and the
         section A are those at the lean theta + tilt (a container braking towards its lip
         surges over it)."""
-        x, y, th = (float(v) for v in pose)             # Python floats: NumPy scalars are slower
-        vx, vy, om = (float(v) for v in velocity)
+        x, y, th = map(float, pose)                     # Python floats: NumPy scalars are slower
+        vx, vy, om = map(float, velocity)
         tilt = self.surface_tilt(vx, vy, dt) if self.slosh else 0.0
         if (th + tilt) * th > 0.0 or tilt == 0.0:
             h, a, cx, cy, drop, dx, dy = self.lookup(th)
@@ -331,9 +354,14 @@ class SimplifiedLiquid:
         if a <= 0.0 or self.volume <= 0.0:
             self.speed = 0.0
             return Outflow(0.0, 0.0, 0.0, (wx, wy), (0.0, 0.0))
-        phi = regressors(h, drop, self.speed, (th - theta_prev) / dt, self.fit.terms)
-        u = max(0.0, sum(w * p for w, p in zip(self.fit.weights, phi)))
-        out = min(self.volume, dt * self.fit.discharge * a * u)
+        # w . phi (the regressors of ``regressors``, summed in the fit's term order)
+        phi = (math.sqrt(2.0 * GRAVITY * max(h, 0.0)), math.sqrt(2.0 * GRAVITY * max(drop, 0.0)),
+               self.speed, abs((th - theta_prev) / dt), 1.0)
+        u = 0.0
+        for w, k in self._weighted:
+            u += w * phi[k]
+        u = max(0.0, u)
+        out = min(self.volume, dt * self._fit.discharge * a * u)
         self.volume -= out
         self.speed = u
         # S's rigid velocity at the section's centroid plus the jet's own
