@@ -816,25 +816,26 @@ class PourBatch:
             pen = max(pen, self._obstacle_penetration(m, cur + (k / n) * d))
         return pen
 
-    def _clip_move(self, m: _Member, delta: np.ndarray, t_next: np.ndarray):
-        """S's next pose under the displacement ``delta``; components that would push S's solid
-        deeper into T's, an obstacle (at the new pose or on the way), the floor or the scene's
-        edges are dropped.
+    def _clip_move(self, m: _Member, delta, t_next: np.ndarray):
+        """S's next pose under the displacement ``delta`` (dx, dy, dtheta; m, m, rad); components
+        that would push S's solid deeper into T's, an obstacle (at the new pose or on the way),
+        the floor or the scene's edges are dropped.
 
         Returns (pose, clipped, penetration of S into T or an obstacle at that pose)."""
         cur = m.s_pose
         # fast path in Python floats (same arithmetic as the arrays): S far from T, the edges and
         # the obstacles (from every pose on the way: the margin is the move's length)
         c0, c1, c2 = cur.tolist()
-        d0, d1, d2 = delta.tolist()
+        d0, d1, d2 = map(float, delta)
         px, py, th_raw = c0 + d0, c1 + d1, c2 + d2
         th = min(max(th_raw, -TILT_LIMIT), TILT_LIMIT)
         R = m.s_bound
         near_t, near_edge = self._near(m, px, py, th, t_next)
-        if not (near_t or near_edge) and \
-                not any(_box_distance(px, py, o) < R + abs(d0) + abs(d1) for o in m.obst):
-            return np.array([px, py, th]), bool(th != th_raw), 0.0
+        if not (near_t or near_edge) and not (m.obst and any(
+                _box_distance(px, py, o) < R + abs(d0) + abs(d1) for o in m.obst)):
+            return np.array([px, py, th]), th != th_raw, 0.0
         sweep = bool(m.obst)
+        delta = np.array([d0, d1, d2])
 
         def depth(p: np.ndarray) -> tuple[float, float, float]:
             pen_t, pen_e, pen_o = self._penetration(m, p, t_next)
@@ -939,21 +940,21 @@ class PourBatch:
         (member, action, S's next pose, S's velocity, T's next pose, T's next velocity,
         clipped, S's penetration into T) each."""
         dt, members = CONTROL_DT, self.members
-        acts = np.asarray(actions, np.float64)
-        if not math.isfinite(acts.sum()):               # one reduction: any nan or inf
-            acts = np.nan_to_num(acts)
-        acts = np.minimum(np.maximum(acts, -1.0), 1.0)
-        deltas = acts * ACTION_SCALE
+        sx, sy, sth = ACTION_SCALE.tolist()
+        rows = np.asarray(actions, np.float64).tolist()
         plans = []
+        # per member in Python floats: the numbers of np.clip(np.nan_to_num(a), -1, 1) * scale
+        # and (s_next - s_pose) / dt without a NumPy call each
         for b in (range(self.B) if active is None else np.flatnonzero(active).tolist()):
             m = members[b]
+            a = [min(max(v, -1.0), 1.0) if v == v else 0.0 for v in rows[b]]   # nan -> 0
             (tx, ty), (tvx, tvy) = m.task.target_state_at(m.time + dt)
             t_next = np.array([tx, ty, 0.0])
-            s_next, clipped, pen = self._clip_move(m, deltas[b], t_next)
-            # (s_next - s_pose) / dt in Python floats (the same numbers, no NumPy calls)
+            s_next, clipped, pen = self._clip_move(m, (a[0] * sx, a[1] * sy, a[2] * sth), t_next)
             (x0, y0, th0), (x1, y1, th1) = m.s_pose.tolist(), s_next.tolist()
             s_vel = np.array([(x1 - x0) / dt, (y1 - y0) / dt, (th1 - th0) / dt])
-            plans.append((b, acts[b], s_next, s_vel, t_next, np.array([tvx, tvy, 0.0]), clipped, pen))
+            plans.append((b, np.array(a), s_next, s_vel, t_next, np.array([tvx, tvy, 0.0]),
+                          clipped, pen))
         return plans
 
     def step(self, actions: np.ndarray, active: np.ndarray | None) -> None:
