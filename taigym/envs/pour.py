@@ -483,8 +483,9 @@ def _half_planes(poly: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _TaskGeometry:
     """A task's scene geometry at one wall thickness, the constants that resets to the task
     share (containers are immutable): S, T, S's solid sampled along its walls, the fast
-    inside/distance tests, the solids' bounding boxes (own frames, m), S's max tilt at the
-    task's fill (rad) and the per-task entries of the state vector (read-only)."""
+    inside/distance tests, the solids' bounding boxes (own frames, m), the liquid's area at the
+    task's fill (m^2), S's outflow lookup tables and max tilt at that fill (rad) and the
+    per-task entries of the state vector (read-only)."""
 
     def __init__(self, task: PourTask, wall_thickness: float):
         from taigym.models.outflow_tables import outflow_tables
@@ -495,9 +496,11 @@ class _TaskGeometry:
         self.s_region = _Region(source)
         self.t_walls = _Walls(target)
         self.s_box, self.t_box = _solid_box(source), _solid_box(target)
-        # from seed 000's lookup tables (cached per container; within 2e-3 rad of
-        # ``Container.max_tilt_angle``, ~20x faster)
-        self.max_tilt = outflow_tables(source).max_lean(source.liquid_area(task.fill))
+        self.fill_area = source.liquid_area(task.fill)
+        self.tables = outflow_tables(source)
+        # from seed 000's lookup tables (within 2e-3 rad of ``Container.max_tilt_angle``, ~20x
+        # faster)
+        self.max_tilt = self.tables.max_lean(self.fill_area)
         n_obst = len(task.obstacles)
         self.state = np.concatenate([
             np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
@@ -754,9 +757,12 @@ class PourBatch:
         theta): a broad phase on bounding boxes (S's local one rotated, so conservative)."""
         c, s = math.cos(theta), math.sin(theta)
         x0, y0, x1, y1 = m.s_box
-        xs = (c * x0 - s * y0, c * x1 - s * y0, c * x0 - s * y1, c * x1 - s * y1)
-        ys = (s * x0 + c * y0, s * x1 + c * y0, s * x0 + c * y1, s * x1 + c * y1)
-        sx0, sx1, sy0, sy1 = x + min(xs), x + max(xs), y + min(ys), y + max(ys)
+        # the rotated corners' extremes, c x - s y and s x + c y over x in {x0, x1}, y in {y0,
+        # y1}: rounding is monotone, so each is the sum of the terms' extremes (exactly the min
+        # and max over the four corners)
+        cx, cX, cy, cY = (c * x0, c * x1, c * y0, c * y1) if c >= 0.0 else (c * x1, c * x0, c * y1, c * y0)
+        sx, sX, sy, sY = (s * x0, s * x1, s * y0, s * y1) if s >= 0.0 else (s * x1, s * x0, s * y1, s * y0)
+        sx0, sx1, sy0, sy1 = x + (cx - sY), x + (cX - sy), y + (sx + cy), y + (sX + cY)
         tx, ty = float(t_pose[0]), float(t_pose[1])
         a0, b0, a1, b1 = m.t_box
         near_t = sx0 < tx + a1 and tx + a0 < sx1 and sy0 < ty + b1 and ty + b0 < sy1
@@ -893,16 +899,19 @@ class PourBatch:
         inv_h = np.array([1.0 / m.source.height for m in ms])[:, None]
         return np.minimum(np.maximum(heights * inv_h, 0.0), 1.5)
 
-    def _fill_state(self, m: _Member, st: np.ndarray) -> None:
-        """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped)."""
+    def _fill_state(self, m: _Member, st: np.ndarray) -> bool:
+        """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped); returns
+        False if they are surely free of nan (the per-task entries are finite: validated)."""
         x, y, th = m.s_pose.tolist()
         tx, ty, _ = m.t_pose.tolist()
         tvx, tvy, _ = m.t_vel.tolist()
         ox, oy = m.s_oc
         c, s_ = math.cos(th), math.sin(th)
-        st[0:12] = (x, y, th, *m.s_vel.tolist(), tx, ty, tvx, tvy,
+        per_step = (x, y, th, *m.s_vel.tolist(), tx, ty, tvx, tvy,
                     tx + m.t_oc[0] - (x + c * ox - s_ * oy), ty + m.t_oc[1] - (y + s_ * ox + c * oy))
-        st[14] = m.time / self.cfg.horizon
+        st[0:12] = per_step
+        st[14] = t = m.time / self.cfg.horizon
+        return math.isnan(sum(per_step) + t)             # (inf - inf too: a harmless false alarm)
 
     def _state(self, m: _Member) -> np.ndarray:
         st = m.state_buf
@@ -919,10 +928,10 @@ class PourBatch:
             # go: the same values as clipping the state to its bounds and the history to [0, 1.5]
             # separately
             buf = m.obs_buf
-            self._fill_state(m, buf)
+            maybe_nan = self._fill_state(m, buf)
             obs = np.minimum(np.maximum(buf, self.obs_lo), self.obs_hi).astype(np.float32)
-            st = obs[:N_STATE]
-            if math.isnan(st.sum()):                     # clipping leaves only nan to fix
+            if maybe_nan:                               # clipping leaves only nan to fix
+                st = obs[:N_STATE]
                 obs[:N_STATE] = np.clip(np.nan_to_num(st), self.state_lo, self.state_hi)
             return obs
         if cfg.obs_mode == "particles":
@@ -1006,7 +1015,7 @@ class PourBatch:
         cfg, m = self.cfg, self.members[b]
         r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
         da = a - m.prev_action
-        r_smooth = -cfg.smoothness_penalty * float(da @ da)
+        r_smooth = -cfg.smoothness_penalty * float(da.dot(da))    # (the method: half the call cost of @)
         m.spilled = fr["spilled"]
         m.prev_action = a
         if frame is not None:

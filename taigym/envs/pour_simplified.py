@@ -12,6 +12,7 @@ the heightfield and lip observations. Liquid in T stays there (seed 000 ignores 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -39,17 +40,47 @@ def _columns(poly: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+@functools.lru_cache(maxsize=256)
+def _lines(source, obs_mode: str, bins: int, dx: float) -> tuple[tuple, float, bool]:
+    """S-frame vertical lines where the heightfield (bin centres) or the lip heights (three lines
+    in a band beside each lip) are read, as (x, lo, hi): the line and the interior's span on
+    it (m); the heights' scale 1 / S's height (1/m) and whether they need the clip to [0, 1.5]
+    (cached per container, which is immutable)."""
+    poly = np.asarray(source.interior)
+    lo, hi = poly[:, 0].min(), poly[:, 0].max()
+    if obs_mode == "features":
+        xs = lo + (np.arange(bins) + 0.5) * (hi - lo) / bins
+    elif obs_mode == "lip":
+        band = max(0.2 * source.width, 1.5 * 0.5 * dx)
+        (lx, _), (rx, _) = source.lips
+        xs = np.concatenate([lx + band * np.array([0.0, 0.5, 1.0]),
+                             rx - band * np.array([0.0, 0.5, 1.0])])
+    else:
+        return (), 1.0 / source.height, True
+    # a hair inside, so that the lines at the lips cut the side walls
+    xs = np.clip(xs, lo + 1e-9, hi - 1e-9)
+    y_lo, y_hi = _columns(poly, xs)
+    scale = 1.0 / source.height
+    # S's interior lies above its inner bottom and below its height (every built-in shape): the
+    # heights need no clip to [0, 1.5]
+    clip = not (y_lo.min() >= 0.0 and y_hi.max() * scale <= 1.5)
+    return tuple(zip(xs.tolist(), y_lo.tolist(), y_hi.tolist())), scale, clip
+
+
 class SimplifiedMember:
     """The reduced liquid state of one scene and its accounting (fractions of the initial
     volume V0)."""
 
-    def __init__(self, task, source, target, obstacles: tuple = ()):
+    def __init__(self, task, source, target, obstacles: tuple = (), v0: float | None = None,
+                 tables=None):
+        """``v0``: the liquid's area at the task's fill (m^2) and ``tables`` S's lookup tables,
+        if known (else computed or read from the cache)."""
         self.task, self.source, self.target = task, source, target
-        self.v0 = source.liquid_area(task.fill)
+        self.v0 = source.liquid_area(task.fill) if v0 is None else v0
         # the liquid starts at rest, or moving with S (seed 001's TRANSFER+FOLLOW)
         follow = task.liquid_velocity == "follow"
         self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity),
-                                       velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
+                                       tables, velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
         self.obstacles = tuple(tuple(map(float, o)) for o in obstacles)
         self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
         self.t_oc = tuple(float(v) for v in target.opening_centre)
@@ -129,7 +160,7 @@ class SimplifiedMember:
         c, s = math.cos(th), math.sin(th)
         return y + s * lip[0] + c * lip[1] + self.liquid.head(th)
 
-    def column_heights(self, pose, columns: list, scale: float, clip: bool = True) -> list[float]:
+    def column_heights(self, pose, columns: tuple, scale: float, clip: bool = True) -> list[float]:
         """Height of the top of the liquid on S-frame vertical lines ``columns`` = [(x, lo, hi)]
         (the line x whose interior spans [lo, hi], m), times ``scale`` and clipped to [0, 1.5];
         0 where there is no liquid. ``clip=False`` skips the clip, for spans with 0 <= lo and
@@ -206,7 +237,8 @@ class SimplifiedPourBatch(PourBatch):
     def reset_member(self, b: int, task, jitter_seed: int) -> None:
         geo, _, obst = self._prepare(task, particles=False)
         m = self._init_member(b, task, geo, obst)
-        m.liq = SimplifiedMember(task, geo.source, geo.target, task.obstacles)
+        m.liq = SimplifiedMember(task, geo.source, geo.target, task.obstacles, geo.fill_area,
+                                 geo.tables)
         m.n = 0
         m.x = np.zeros((0, 2))
         m.v = np.zeros((0, 2))
@@ -214,29 +246,9 @@ class SimplifiedPourBatch(PourBatch):
         self._finish_reset(b, self._liquid_fractions(m), self._frame(m, None))
 
     def _prepare_columns(self, m: _Member) -> None:
-        """S-frame vertical lines where the heightfield (bin centres) or the lip heights (three
-        lines in a band beside each lip) are read, with the interior's span on each."""
-        s, cfg = m.source, self.cfg
-        lo, hi = m.s_region.lo[0], m.s_region.hi[0]
-        if cfg.obs_mode == "features":
-            nb = cfg.heightfield_bins
-            xs = lo + (np.arange(nb) + 0.5) * (hi - lo) / nb
-        elif cfg.obs_mode == "lip":
-            band = max(0.2 * s.width, 1.5 * 0.5 * cfg.dx)
-            (lx, _), (rx, _) = s.lips
-            xs = np.concatenate([lx + band * np.array([0.0, 0.5, 1.0]),
-                                 rx - band * np.array([0.0, 0.5, 1.0])])
-        else:
-            xs = np.zeros(0)
-        poly = np.asarray(s.interior)
-        # a hair inside, so that the lines at the lips cut the side walls
-        xs = np.clip(xs, poly[:, 0].min() + 1e-9, poly[:, 0].max() - 1e-9)
-        lo, hi = _columns(poly, xs)
-        m.columns = list(zip(xs.tolist(), lo.tolist(), hi.tolist()))
-        m.col_scale = 1.0 / s.height
-        # S's interior lies above its inner bottom and below its height (every built-in shape):
-        # the heights need no clip to [0, 1.5]
-        m.col_clip = not (lo.min() >= 0.0 and hi.max() * m.col_scale <= 1.5)
+        cfg = self.cfg
+        m.columns, m.col_scale, m.col_clip = _lines(m.source, cfg.obs_mode, cfg.heightfield_bins,
+                                                    cfg.dx)
 
     def _liquid_fractions(self, m: _Member) -> dict:
         q = m.liq

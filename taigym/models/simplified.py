@@ -173,7 +173,10 @@ def load_fits(path: str | None = None) -> dict[str, list[OutflowFit]]:
     return out
 
 
+@lru_cache(maxsize=1024)
 def fit_for(shape: str, viscosity: float, path: str | None = None) -> OutflowFit:
+    """The fit for a container shape at a viscosity (Pa s), from ``path`` or the shipped file
+    (interpolated, :func:`interpolate_fits`; cached: a fit is immutable)."""
     fits = load_fits(path)
     if shape not in fits:
         raise ValueError(f"no outflow coefficients for container shape {shape!r}; fitted: "
