@@ -121,3 +121,32 @@ def test_scripted_agent_succeeds_on_the_eval_split_start():
     agent = taigym.agents.make("scripted", env)
     rows = taigym.agents.evaluate(env, agent, tasks("pour", split="eval")[:10])
     assert sum(r["success"] for r in rows) >= 8
+
+
+def test_returned_arrays_are_the_callers_own():
+    """A caller that edits the returned observation and info arrays in place (a replay buffer
+    normalising them) changes nothing in the env: the next transitions are the same."""
+    task = tasks("pour", split="eval")[3]
+    actions = np.random.default_rng(0).uniform(-1, 1, (40, 3)).astype(np.float32)
+    arrays = ("source_pose", "source_velocity", "target_pose", "target_velocity")
+
+    def run(scribble: bool) -> list:
+        env = make()
+        obs, info = env.reset(options={"task": task})
+        seen = []
+        for a in actions:
+            if scribble:
+                obs[:] = 7.0
+                for k in arrays:
+                    info[k][:] = 7.0
+            obs, r, term, trunc, info = env.step(a)
+            seen.append((obs.copy(), r, {k: info[k].copy() for k in arrays}))
+            if term or trunc:
+                break
+        return seen
+
+    for (oa, ra, ia), (ob, rb, ib) in zip(run(False), run(True), strict=True):
+        np.testing.assert_array_equal(oa, ob)
+        assert ra == rb
+        for k in arrays:
+            np.testing.assert_array_equal(ia[k], ib[k])
