@@ -760,8 +760,10 @@ class PourBatch:
         # the rotated corners' extremes, c x - s y and s x + c y over x in {x0, x1}, y in {y0,
         # y1}: rounding is monotone, so each is the sum of the terms' extremes (exactly the min
         # and max over the four corners)
-        cx, cX, cy, cY = (c * x0, c * x1, c * y0, c * y1) if c >= 0.0 else (c * x1, c * x0, c * y1, c * y0)
-        sx, sX, sy, sY = (s * x0, s * x1, s * y0, s * y1) if s >= 0.0 else (s * x1, s * x0, s * y1, s * y0)
+        cx, cX, cy, cY = (c * x0, c * x1, c * y0, c * y1) if c >= 0.0 else \
+            (c * x1, c * x0, c * y1, c * y0)
+        sx, sX, sy, sY = (s * x0, s * x1, s * y0, s * y1) if s >= 0.0 else \
+            (s * x1, s * x0, s * y1, s * y0)
         sx0, sx1, sy0, sy1 = x + (cx - sY), x + (cX - sy), y + (sx + cy), y + (sX + cY)
         tx, ty = float(t_pose[0]), float(t_pose[1])
         a0, b0, a1, b1 = m.t_box
@@ -1015,7 +1017,7 @@ class PourBatch:
         cfg, m = self.cfg, self.members[b]
         r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
         da = a - m.prev_action
-        r_smooth = -cfg.smoothness_penalty * float(da.dot(da))    # (the method: half the call cost of @)
+        r_smooth = -cfg.smoothness_penalty * float(da.dot(da))   # (half the call cost of @)
         m.spilled = fr["spilled"]
         m.prev_action = a
         if frame is not None:

@@ -253,8 +253,9 @@ class SimplifiedPourBatch(PourBatch):
     def _liquid_fractions(self, m: _Member) -> dict:
         q = m.liq
         in_s, in_t, spilled = q.in_source, q.in_target, q.spilled
+        # in_flight as SimplifiedMember.in_flight, without reading in_source twice
         return {"in": {0: in_s, 1: in_t}, "spilled": spilled,
-                "in_flight": max(0.0, 1.0 - in_s - in_t - spilled)}   # q.in_flight
+                "in_flight": max(0.0, 1.0 - in_s - in_t - spilled)}
 
     def _frame(self, m: _Member, loc) -> list | np.ndarray:
         if self.cfg.obs_mode not in ("features", "lip"):
