@@ -1151,8 +1151,7 @@ class PourEnv(gym.Env):
     def step(self, action):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(3)
-        self._batch.step(a[None], None)
+        self._batch.step(np.asarray(action, dtype=np.float64).reshape(1, 3), None)
         reward, terminated, truncated = self._batch.outcome(0)
         return (self._batch.observation(0), reward, terminated, truncated,
                 dict(self._batch.members[0].info))
