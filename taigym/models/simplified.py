@@ -72,13 +72,18 @@ COEFFICIENTS_FILE = "outflow_coefficients.json"
 SLOSH_DAMPING = 0.1
 
 
+def _all_regressors(head: float, wall_drop: float, u_prev: float,
+                    lean_rate: float) -> tuple[float, float, float, float, float]:
+    """Every regressor of one step, in the order of TERMS."""
+    return (math.sqrt(2.0 * GRAVITY * max(head, 0.0)), math.sqrt(2.0 * GRAVITY * max(wall_drop, 0.0)),
+            u_prev, abs(lean_rate), 1.0)
+
+
 def regressors(head: float, wall_drop: float, u_prev: float, lean_rate: float,
                terms: tuple[str, ...] = TERMS) -> list[float]:
     """The regressors phi of one step (module docstring), in the order of ``terms``."""
-    values = {"bernoulli": math.sqrt(2.0 * GRAVITY * max(head, 0.0)),
-              "wall_slide": math.sqrt(2.0 * GRAVITY * max(wall_drop, 0.0)),
-              "previous": u_prev, "lean_rate": abs(lean_rate), "constant": 1.0}
-    return [values[t] for t in terms]
+    phi = _all_regressors(head, wall_drop, u_prev, lean_rate)
+    return [phi[TERMS.index(t)] for t in terms]
 
 
 def regressors_array(head, wall_drop, u_prev, lean_rate, terms: tuple[str, ...] = TERMS) -> list:
@@ -357,9 +362,8 @@ class SimplifiedLiquid:
         if a <= 0.0 or self.volume <= 0.0:
             self.speed = 0.0
             return Outflow(0.0, 0.0, 0.0, (wx, wy), (0.0, 0.0))
-        # w . phi (the regressors of ``regressors``, summed in the fit's term order)
-        phi = (math.sqrt(2.0 * GRAVITY * max(h, 0.0)), math.sqrt(2.0 * GRAVITY * max(drop, 0.0)),
-               self.speed, abs((th - theta_prev) / dt), 1.0)
+        # w . phi, summed in the fit's term order (as ``regressors`` lists them)
+        phi = _all_regressors(h, drop, self.speed, (th - theta_prev) / dt)
         u = 0.0
         for w, k in self._weighted:
             u += w * phi[k]
