@@ -75,6 +75,11 @@ LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wa
 #                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
+#: fraction of a surface's friction coefficient a stance's equilibrium may use. The executing
+#: controller may use 0.85 of it (``taigym.agents.stance.MU_MARGIN``); a stance planned on the full
+#: cone (a sole on a slope steeper than its cone, the hand on the rail carrying 11 N) left the
+#: controller a hand force the shoulder could not give: it saturated and the robot fell
+MU_MARGIN = 0.85
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
 
@@ -258,7 +263,7 @@ def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
     pts = [fp for c in support for fp in model.force_points(c)]
     cols = []
     for pt, kind, n, mu in pts:
-        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+        K = _cone_generators(n, MU_MARGIN * mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
     m = len(cols)
@@ -296,7 +301,7 @@ def contact_forces(model: StanceModel, support):
         # the real contact points: the limb's points as they are in q (the IK met the targets)
         Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
         for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+            K = _cone_generators(n, MU_MARGIN * mu) if kind == "cone" else GRASP_GENERATORS
             rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
             for k in range(K.shape[1]):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
