@@ -10,7 +10,7 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down; a foot leaving a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
+  across, down; a foot to or from a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
   surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
   then ``load`` it: the new contact joins the support with a penalty on its forces that falls
   to 0 over the phase, while the CoM moves to the next configuration's.
@@ -64,6 +64,7 @@ W_COM, W_LIMB, W_POSTURE = 1000.0, 100.0, 1.0   # task weights (torso orientatio
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
+GRIP_REACH = 0.015     # m, a hand this close to a bar's surface closes its grip (the env grasps within 0.02)
 HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
 
 
@@ -94,6 +95,7 @@ class StanceAgent(Agent):
                 self.model.close()
             self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
             self.model = st.StanceModel(task)
+            self._bars = task.scene()[1]
             self._task = task
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
@@ -127,9 +129,10 @@ class StanceAgent(Agent):
                     normal[1] = 0.0
                     normal /= np.linalg.norm(normal)
                 before = [c for s in stances[:i + 1] for c in s if c.limb == new.limb]
-                from_rung = bool(before) and self.model.surfaces[before[-1].surface].kind == "bar"
+                # a foot to or from a rung: it travels on the robot's side of the ladder
+                rung = surf.kind == "bar" or (bool(before) and self.model.surfaces[before[-1].surface].kind == "bar")
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
-                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, from_rung=from_rung))
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, rung=rung))
                 out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
                                 quat=b.base_quat))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
@@ -168,9 +171,10 @@ class StanceAgent(Agent):
                 rise[2] = max(x[2], above[2]) + 0.03
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
-                if ph["limb"] in hum.FEET and ph["from_rung"] and self.model.ladder_planes:
-                    # from rung to rung: back off the ladder first, up on the robot's side of
-                    # it, then in (straight up, the toe caught on the rung between)
+                if ph["limb"] in hum.FEET and ph["rung"] and self.model.ladder_planes:
+                    # to a rung: back off the ladder first, up on the robot's side of it, then
+                    # in (straight up, the toe caught on the rung between; from the floor
+                    # straight at it, the foot went in under the lowest rung and stuck there)
                     off = LADDER_BACKOFF * self.model.ladder_planes[0][1]
                     ph["path"] = [x + off, above + off, above, press]
                 ph["t_way"], ph["ref"] = 0.0, x.copy()
@@ -203,9 +207,10 @@ class StanceAgent(Agent):
                 flat = cos_tilt > np.cos(FLAT_TOL) or ph["t_way"] > FLAT_WAIT
             if ph["grip"]:
                 # a hand grips when it is on its final approach and within reach of the bar
-                # (the env makes the grasp within 2 cm of its surface); it has landed once the
+                # (the env makes the grasp within 2 cm of its surface; a hand pressed on the
+                # rung 5 cm beside its target waited for the timeout); it has landed once the
                 # grasp holds (obs: grasp flags)
-                if len(ph["path"]) == 1 and err < REACH_TOUCH_TOL:
+                if len(ph["path"]) == 1 and (err < REACH_TOUCH_TOL or self._bar_distance(x) < GRIP_REACH):
                     self.grip[ph["limb"]] = True
                 touching = obs[59 + hum.HANDS.index(ph["limb"])] > 0.5
             landed = touching and flat and len(ph["path"]) == 1 and dist <= LIMB_SPEED * dt
@@ -263,6 +268,17 @@ class StanceAgent(Agent):
         T = self.env.unwrapped.control_dt
         q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
         return self._pd_action(q_target, action)
+
+    def _bar_distance(self, x: np.ndarray) -> float:
+        """Distance (m) from a hand centre to the nearest bar's surface."""
+        out = np.inf
+        for centre, axis, half, radius, _ in self._bars:
+            ax = np.asarray({"x": (1, 0, 0), "y": (0, 1, 0)}[axis] if isinstance(axis, str) else axis, float)
+            ax /= np.linalg.norm(ax)
+            d = x - np.asarray(centre)
+            s = float(np.clip(d @ ax, -half, half))
+            out = min(out, float(np.linalg.norm(d - s * ax)) - radius - hum.HAND_RADIUS)
+        return out
 
     def _balanced(self, support, com: np.ndarray) -> bool:
         """Whether ``support`` alone balances gravity with the CoM at ``com`` (the planner's

@@ -13,7 +13,7 @@ best-first search over adjacent stances.
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
   torques within limits, joints within limits and no collision with the scene (on a ladder,
-  both hands also stay in front of the plane of rungs). It is solved in
+  both hands and a free foot also stay in front of the plane of rungs). It is solved in
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
@@ -152,9 +152,10 @@ class StanceModel:
             a = task.size
             self.ladder_planes.append((np.array([task.start, 0.0, 0.0]), np.array([-math.sin(a), 0.0, math.cos(a)])))
 
-    def hand_clearance(self) -> float:
-        """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
-        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
+    def hand_clearance(self, limbs=hum.HANDS) -> float:
+        """Least signed distance (m) of the limbs' reference points (default: the hand centres)
+        from the planes of :attr:`ladder_planes`."""
+        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in limbs],
                    default=math.inf)
 
     def close(self) -> None:
@@ -459,7 +460,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         for o, nrm in model.ladder_planes:
-            for h in hum.HANDS:
+            for h in _plane_limbs(contacts):
                 x_h = model.limb_ref(h)
                 Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
                 r = np.zeros(nv)
@@ -495,9 +496,17 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
-    if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
-        return "hand through the ladder"
+    if model.hand_clearance(_plane_limbs(contacts)) < 0.5 * HAND_PLANE_CLEARANCE:
+        return "limb through the ladder"
     return base, quat, q, u
+
+
+def _plane_limbs(contacts) -> tuple[str, ...]:
+    """The limbs kept on the robot's side of a ladder's plane of rungs: the hands and the free
+    feet (the posture of a configuration whose free foot hung between the rungs took the executed
+    foot in under the lowest rung, where it stuck)."""
+    touching = {c.limb for c in contacts}
+    return hum.HANDS + tuple(f for f in hum.FEET if f not in touching)
 
 
 def _polish(model: StanceModel, x, contacts, iters: int = 8):
