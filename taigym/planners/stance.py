@@ -13,7 +13,7 @@ best-first search over adjacent stances.
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
   torques within limits, joints within limits and no collision with the scene (on a ladder,
-  both hands and a free foot also stay in front of the plane of rungs). It is solved in
+  both hands also stay in front of the plane of rungs). It is solved in
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
@@ -75,11 +75,6 @@ LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wa
 #                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
-#: fraction of a surface's friction coefficient a stance's equilibrium may use. The executing
-#: controller may use 0.85 of it (``taigym.agents.stance.MU_MARGIN``); a stance planned on the full
-#: cone (a sole on a slope steeper than its cone, the hand on the rail carrying 11 N) left the
-#: controller a hand force the shoulder could not give: it saturated and the robot fell
-MU_MARGIN = 0.85
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
 
@@ -152,10 +147,9 @@ class StanceModel:
             a = task.size
             self.ladder_planes.append((np.array([task.start, 0.0, 0.0]), np.array([-math.sin(a), 0.0, math.cos(a)])))
 
-    def hand_clearance(self, limbs=hum.HANDS) -> float:
-        """Least signed distance (m) of the limbs' reference points (default: the hand centres)
-        from the planes of :attr:`ladder_planes`."""
-        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in limbs],
+    def hand_clearance(self) -> float:
+        """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
+        return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
                    default=math.inf)
 
     def close(self) -> None:
@@ -264,7 +258,7 @@ def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
     pts = [fp for c in support for fp in model.force_points(c)]
     cols = []
     for pt, kind, n, mu in pts:
-        K = _cone_generators(n, MU_MARGIN * mu) if kind == "cone" else GRASP_GENERATORS
+        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
     m = len(cols)
@@ -302,7 +296,7 @@ def contact_forces(model: StanceModel, support):
         # the real contact points: the limb's points as they are in q (the IK met the targets)
         Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
         for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = _cone_generators(n, MU_MARGIN * mu) if kind == "cone" else GRASP_GENERATORS
+            K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
             rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
             for k in range(K.shape[1]):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
@@ -460,7 +454,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         for o, nrm in model.ladder_planes:
-            for h in _plane_limbs(contacts):
+            for h in hum.HANDS:
                 x_h = model.limb_ref(h)
                 Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
                 r = np.zeros(nv)
@@ -496,17 +490,9 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
-    if model.hand_clearance(_plane_limbs(contacts)) < 0.5 * HAND_PLANE_CLEARANCE:
-        return "limb through the ladder"
+    if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
+        return "hand through the ladder"
     return base, quat, q, u
-
-
-def _plane_limbs(contacts) -> tuple[str, ...]:
-    """The limbs kept on the robot's side of a ladder's plane of rungs: the hands and the free
-    feet (the posture of a configuration whose free foot hung between the rungs took the executed
-    foot in under the lowest rung, where it stuck)."""
-    touching = {c.limb for c in contacts}
-    return hum.HANDS + tuple(f for f in hum.FEET if f not in touching)
 
 
 def _polish(model: StanceModel, x, contacts, iters: int = 8):
