@@ -91,3 +91,20 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
     agent.model.close()
     env.close()
+
+
+def test_without_a_plan_the_expert_stands():
+    """A search that ends without a plan (here: no time budget) leaves the robot standing in
+    torque control, held by the QP on both soles."""
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    task = MultiContactTask(family="slope", size=0.6)
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = taigym.agents.make("stance", env, time_limit=0.0)
+    agent.reset(seed=0)
+    assert not agent.plan.solved
+    for _ in range(120):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        assert not term
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()

@@ -14,6 +14,11 @@ its objectives:
   surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
   then ``load`` it: the new contact joins the support with a penalty on its forces that falls
   to 0 over the phase, while the CoM moves to the next configuration's.
+* Failures are never built on: a swing that has not landed by its timeout (the phase's path
+  time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
+  swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
+  next support (within 1.5 cm of the planned CoM, or 4 cm where the next support alone balances
+  it) holds the stance instead of releasing the contact. ``agent.events`` lists these per episode.
 
 The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
 joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
@@ -45,7 +50,7 @@ from .base import Agent
 
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
-SHIFT_TOL = 0.015      # m, CoM error that ends a shift,
+SHIFT_TOL = 0.015      # m, CoM error that ends a shift
 SHIFT_NEAR = 0.04      # m, or this if the next support alone balances the robot there
 BALANCE_TOL = 0.005    # m, a CoM this close to the next support's equilibrium region counts as in it
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
@@ -100,7 +105,6 @@ class StanceAgent(Agent):
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
-        self.hold_q = hum.stand_posture()
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -145,11 +149,15 @@ class StanceAgent(Agent):
         q, qd = obs[0:21], obs[21:42]
         base, quat, v, w = obs[42:45], obs[45:49] / np.linalg.norm(obs[45:49]), obs[49:52], obs[52:55]
         action = np.zeros(23, dtype=np.float32)
-        if not self.phases:          # no plan: hold the standing posture
-            return self._pd_action(self.hold_q, action)
-        ph = self.phases[self.k]
         rob = self.model.robot
         rob.set_state(base, quat, q, v, w, qd)
+        if not self.phases:
+            # no plan: the QP holds the robot standing where it is on both soles (a PD posture
+            # command read as torques in torque control dropped it within 1 s)
+            feet = sorted(st.Contact(f, "floor", float(self.model.limb_ref(f)[0])) for f in hum.FEET)
+            self.phases = [dict(kind="hold", support=feet, com=rob.com_and_jacobian()[0], q=q.copy(),
+                                quat=quat.copy())]
+        ph = self.phases[self.k]
         nu = np.r_[v, w, qd]
         com, Jc = rob.com_and_jacobian()
         timed_out = self.t_phase >= PHASE_TIMEOUT + ph.get("t_path", 0.0)
