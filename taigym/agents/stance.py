@@ -10,10 +10,11 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down; a foot to or from a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
-  surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
-  then ``load`` it: the new contact joins the support with a penalty on its forces that falls
-  to 0 over the phase, while the CoM moves to the next configuration's.
+  across, down; a foot to or from a rung first backs off the ladder) to its contact target
+  while the others hold, pressing a centimetre past the surface until the limb touches it (and
+  a sole lies flat on it), then close the grip on a bar; then ``load`` it: the new contact
+  joins the support with a penalty on its forces that falls to 0 over the phase, while the CoM
+  moves to the next configuration's.
 * Failures are never built on: a swing that has not landed by its timeout (the phase's path
   time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
   swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
