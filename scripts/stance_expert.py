@@ -55,10 +55,12 @@ def main() -> None:
                 video_written = True
             rows.append(dict(family=fam, index=i, plan=agent.plan.status, plan_seconds=plan_s,
                              success=bool(info["success"]), fell=bool(info["fell"]), sim_seconds=info["time"],
-                             wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"]))
+                             wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"],
+                             events=[e for _, e in agent.events]))
             r = rows[-1]
             print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  success={r['success']} fell={r['fell']} "
-                  f"t={r['sim_seconds']:5.1f} s  goal distance {r['goal_distance']:.2f} m", flush=True)
+                  f"t={r['sim_seconds']:5.1f} s  goal distance {r['goal_distance']:.2f} m  {', '.join(r['events'])}",
+                  flush=True)
     print("\n| family | tasks | planned | success | mean planning time, s |")
     print("|---|---|---|---|---|")
     summary = {}

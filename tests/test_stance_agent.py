@@ -41,15 +41,70 @@ def test_qp_controller_shifts_the_com_in_torque_control():
 
 
 @pytest.mark.slow
-def test_expert_climbs_a_step():
+@pytest.mark.parametrize("family, index", [("step", 0), ("slope", 3), ("ladder", 1)])
+def test_expert_climbs(family, index):
+    """The expert reaches the goal of an eval scene without falling: a step with its rail, a
+    29 deg slope (steeper than a sole's friction cone, 28.8 deg: the rail hand carries the rest)
+    and a ladder."""
     env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
-    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "step"][0]
-    obs, info = env.reset(seed=0, options={"task": task})
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == family][index]
+    obs, info = env.reset(seed=index, options={"task": task})
     agent = taigym.agents.make("stance", env)
-    agent.reset(seed=0)
+    agent.reset(seed=index)
     assert agent.plan.solved
     done = False
     while not done:
         obs, _, term, trunc, info = env.step(agent.act(obs, info))
         done = term or trunc
     assert info["success"] and not info["fell"]
+
+
+def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
+    """A hand sent out of reach times out, is tried once more, then the robot stays on its feet
+    (the hand is never loaded as a support) and does not fall."""
+    import taigym.agents.stance as sa
+
+    monkeypatch.setattr(sa, "PHASE_TIMEOUT", 0.3)
+    task = MultiContactTask(family="step")
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = StanceAgent(env)
+    agent.model, agent._task = st.StanceModel(task), task
+    agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    com = agent.model.robot.com_and_jacobian()[0]
+    feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+    q, quat = obs[:21].astype(float), obs[45:49].astype(float)
+    hand = st.Contact("right_hand", "floor", 0.0)     # a support that must never be used
+    agent.phases = [dict(kind="swing", support=feet, limb="right_hand", target=np.array([1.0, -0.2, 1.0]),
+                         normal=np.array([-1.0, 0.0, 0.0]), com=com, q=q, quat=quat, grip=False, rot=None,
+                         rung=False),
+                    dict(kind="load", support=feet + [hand], load=["right_hand"], com=com, q=q, quat=quat),
+                    dict(kind="hold", support=feet + [hand], com=com, q=q, quat=quat)]
+    agent.k, agent.t_phase, agent.grip, agent.events = 0, 0.0, {h: False for h in hum.HANDS}, []
+    kinds = set()
+    for _ in range(360):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        kinds.add(agent.phases[agent.k]["kind"])
+        assert not term
+    assert [e for _, e in agent.events] == ["swing timed out", "swing timed out", "swing aborted"]
+    assert "load" not in kinds and agent.phases[agent.k]["support"] == feet
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()
+
+
+def test_without_a_plan_the_expert_stands():
+    """A search that ends without a plan (here: no time budget) leaves the robot standing in
+    torque control, held by the QP on both soles."""
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    task = MultiContactTask(family="slope", size=0.6)
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = taigym.agents.make("stance", env, time_limit=0.0)
+    agent.reset(seed=0)
+    assert not agent.plan.solved
+    for _ in range(120):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        assert not term
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()

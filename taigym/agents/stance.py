@@ -10,10 +10,16 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down; a foot leaving a rung first backs off the ladder) to its contact target while the others hold, pressing a centimetre past the
-  surface until the limb touches it (and a sole lies flat on it), then close the grip on a bar;
-  then ``load`` it: the new contact joins the support with a penalty on its forces that falls
-  to 0 over the phase, while the CoM moves to the next configuration's.
+  across, down; a foot to or from a rung first backs off the ladder) to its contact target
+  while the others hold, pressing a centimetre past the surface until the limb touches it (and
+  a sole lies flat on it), then close the grip on a bar; then ``load`` it: the new contact
+  joins the support with a penalty on its forces that falls to 0 over the phase, while the CoM
+  moves to the next configuration's.
+* Failures are never built on: a swing that has not landed by its timeout (the phase's path
+  time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
+  swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
+  next support (within 1.5 cm of the planned CoM, or 4 cm where the next support alone balances
+  it) holds the stance instead of releasing the contact. ``agent.events`` lists these per episode.
 
 The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
 joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
@@ -46,13 +52,17 @@ from .base import Agent
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
 SHIFT_TOL = 0.015      # m, CoM error that ends a shift
+SHIFT_NEAR = 0.04      # m, or this if the next support alone balances the robot there
+BALANCE_TOL = 0.005    # m, a CoM this close to the next support's equilibrium region counts as in it
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
 FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
+FLAT_WAIT = 1.0        # s on the final approach after which a touching sole need not be flat
 LADDER_BACKOFF = 0.12  # m, a foot's swing path on a ladder stays this far off the plane of rungs
 LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
+SWING_RETRIES = 1      # a swing that timed out is tried again this many times, then abandoned
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
 MU_MARGIN = 0.85       # fraction of the friction cones the controller may use
@@ -60,6 +70,7 @@ W_COM, W_LIMB, W_POSTURE = 1000.0, 100.0, 1.0   # task weights (torso orientatio
 COM_SPEED = 0.1        # m/s, mean speed of the CoM reference in a phase
 JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
+GRIP_REACH = 0.015     # m, a hand this close to a bar's surface closes its grip (the env grasps within 0.02)
 HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
 
 
@@ -90,10 +101,11 @@ class StanceAgent(Agent):
                 self.model.close()
             self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
             self.model = st.StanceModel(task)
+            self._bars = task.scene()[1]
             self._task = task
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
-        self.hold_q = hum.stand_posture()
+        self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -108,7 +120,7 @@ class StanceAgent(Agent):
             if len(sb) < len(sa):                      # Adj-: shift the CoM, then let go
                 removed = sorted(sa - sb)
                 out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat,
-                                unload=[c.limb for c in removed]))
+                                unload=[c.limb for c in removed], next=sorted(sb)))
                 out.append(dict(kind="release", support=sorted(sb), limbs=[c.limb for c in removed], com=com,
                                 q=b.q, quat=b.base_quat))
             else:                                      # Adj+: swing the limb onto the new contact
@@ -122,9 +134,10 @@ class StanceAgent(Agent):
                     normal[1] = 0.0
                     normal /= np.linalg.norm(normal)
                 before = [c for s in stances[:i + 1] for c in s if c.limb == new.limb]
-                from_rung = bool(before) and self.model.surfaces[before[-1].surface].kind == "bar"
+                # a foot to or from a rung: it travels on the robot's side of the ladder
+                rung = surf.kind == "bar" or (bool(before) and self.model.surfaces[before[-1].surface].kind == "bar")
                 out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
-                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, from_rung=from_rung))
+                                com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, rung=rung))
                 out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
                                 quat=b.base_quat))
         out.append(dict(kind="hold", support=list(steps[-1].touching), com=self._com_of(steps[-1]),
@@ -137,14 +150,19 @@ class StanceAgent(Agent):
         q, qd = obs[0:21], obs[21:42]
         base, quat, v, w = obs[42:45], obs[45:49] / np.linalg.norm(obs[45:49]), obs[49:52], obs[52:55]
         action = np.zeros(23, dtype=np.float32)
-        if not self.phases:          # no plan: hold the standing posture
-            return self._pd_action(self.hold_q, action)
-        ph = self.phases[self.k]
         rob = self.model.robot
         rob.set_state(base, quat, q, v, w, qd)
+        if not self.phases:
+            # no plan: the QP holds the robot standing where it is on both soles (a PD posture
+            # command read as torques in torque control dropped it within 1 s)
+            feet = sorted(st.Contact(f, "floor", float(self.model.limb_ref(f)[0])) for f in hum.FEET)
+            self.phases = [dict(kind="hold", support=feet, com=rob.com_and_jacobian()[0], q=q.copy(),
+                                quat=quat.copy())]
+        ph = self.phases[self.k]
         nu = np.r_[v, w, qd]
         com, Jc = rob.com_and_jacobian()
-        done = self.t_phase >= PHASE_TIMEOUT + ph.get("t_path", 0.0)
+        timed_out = self.t_phase >= PHASE_TIMEOUT + ph.get("t_path", 0.0)
+        done = timed_out and ph["kind"] != "swing"     # a swing that has not landed is never loaded
         limb_task = None
         if ph["kind"] == "release":
             for limb in ph["limbs"]:
@@ -156,15 +174,16 @@ class StanceAgent(Agent):
             err = np.linalg.norm(ph["target"] - x)
             # lifted path: rise off the old place to above the target's height, travel above
             # the target, come down onto it
-            if self.t_phase == 0.0:
+            if "path" not in ph:
                 above = ph["target"] + LIFT * ph["normal"]
                 rise = x + 0.3 * (above - x)     # an arc: up to the target's height early on
                 rise[2] = max(x[2], above[2]) + 0.03
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
-                if ph["limb"] in hum.FEET and ph["from_rung"] and self.model.ladder_planes:
-                    # from rung to rung: back off the ladder first, up on the robot's side of
-                    # it, then in (straight up, the toe caught on the rung between)
+                if ph["limb"] in hum.FEET and ph["rung"] and self.model.ladder_planes:
+                    # to a rung: back off the ladder first, up on the robot's side of it, then
+                    # in (straight up, the toe caught on the rung between; from the floor
+                    # straight at it, the foot went in under the lowest rung and stuck there)
                     off = LADDER_BACKOFF * self.model.ladder_planes[0][1]
                     ph["path"] = [x + off, above + off, above, press]
                 ph["t_way"], ph["ref"] = 0.0, x.copy()
@@ -189,18 +208,27 @@ class StanceAgent(Agent):
             touching = obs[55 + hum.LIMBS.index(ph["limb"])] > 0.5
             flat = True
             if ph.get("rot") is not None:
-                tilt = Rotation.from_matrix(ph["rot"] @ rob.limb_frame(ph["limb"])[1].T).as_rotvec()
-                flat = np.linalg.norm(tilt) < FLAT_TOL
+                # the angle between the sole's normal and the surface's (a yaw about the normal
+                # leaves the sole flat; counted as tilt, it kept landed feet in the air till the timeout)
+                cos_tilt = float(ph["rot"][:, 2] @ rob.limb_frame(ph["limb"])[1][:, 2])
+                # a sole touching by an edge that has stopped turning flat for FLAT_WAIT lands
+                # anyway: its load flattens it (it waited for the phase timeout, 5 s a step)
+                flat = cos_tilt > np.cos(FLAT_TOL) or ph["t_way"] > FLAT_WAIT
             if ph["grip"]:
                 # a hand grips when it is on its final approach and within reach of the bar
-                # (the env makes the grasp within 2 cm of its surface); it has landed once the
+                # (the env makes the grasp within 2 cm of its surface; a hand pressed on the
+                # rung 5 cm beside its target waited for the timeout); it has landed once the
                 # grasp holds (obs: grasp flags)
-                if len(ph["path"]) == 1 and err < REACH_TOUCH_TOL:
+                if len(ph["path"]) == 1 and (err < REACH_TOUCH_TOL or self._bar_distance(x) < GRIP_REACH):
                     self.grip[ph["limb"]] = True
                 touching = obs[59 + hum.HANDS.index(ph["limb"])] > 0.5
             landed = touching and flat and len(ph["path"]) == 1 and dist <= LIMB_SPEED * dt
             if landed and (ph["grip"] or err < REACH_TOL or (err < REACH_TOUCH_TOL and ph["t_way"] > 0.5)):
                 done = True
+            elif timed_out and touching and err < REACH_TOUCH_TOL:
+                done = True         # landed, not flat: a sole flattens when loaded
+            elif timed_out:
+                self._swing_timed_out(ph)
         elif ph["kind"] == "load":
             done |= self.t_phase >= LOAD_TIME
         if self.t_phase == 0.0:      # references move smoothly from where the phase starts
@@ -220,9 +248,17 @@ class StanceAgent(Agent):
             r = min(1.0, self.t_phase / LOAD_TIME)
             ref["soft"][limb] = W_UNLOAD * (1.0 - r) ** 2
         if ph["kind"] == "shift":
-            if "t_arrived" not in ph and ((self.t_phase >= ph["T"] and np.linalg.norm(com[:2] - ph["com"][:2])
-                                           < SHIFT_TOL) or self.t_phase >= ph["T"] + PHASE_TIMEOUT):
-                ph["t_arrived"] = self.t_phase
+            e = np.linalg.norm(com[:2] - ph["com"][:2])
+            if "t_arrived" not in ph and self.t_phase >= ph["T"]:
+                if e < SHIFT_TOL or (e < SHIFT_NEAR and self._balanced(ph["next"], com)):
+                    ph["t_arrived"] = self.t_phase
+                elif self.t_phase >= ph["T"] + PHASE_TIMEOUT:
+                    # the CoM never got over the next support: releasing a contact now drops
+                    # the robot; stay in this stance, back where the shift began
+                    self.events.append((self.k, "shift timed out"))
+                    self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com0"], q=ph["q0"],
+                                                 quat=ph["quat0"])]
+                    self.t_phase = -self.env.unwrapped.control_dt
             r = min(1.0, (self.t_phase - ph["t_arrived"]) / LOAD_TIME) if "t_arrived" in ph else 0.0
             for limb in ph["unload"]:
                 ref["soft"][limb] = W_UNLOAD * r ** 2
@@ -241,6 +277,42 @@ class StanceAgent(Agent):
         T = self.env.unwrapped.control_dt
         q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
         return self._pd_action(q_target, action)
+
+    def _bar_distance(self, x: np.ndarray) -> float:
+        """Distance (m) from a hand centre to the nearest bar's surface."""
+        out = np.inf
+        for centre, axis, half, radius, _ in self._bars:
+            ax = np.asarray({"x": (1, 0, 0), "y": (0, 1, 0)}[axis] if isinstance(axis, str) else axis, float)
+            ax /= np.linalg.norm(ax)
+            d = x - np.asarray(centre)
+            s = float(np.clip(d @ ax, -half, half))
+            out = min(out, float(np.linalg.norm(d - s * ax)) - radius - hum.HAND_RADIUS)
+        return out
+
+    def _balanced(self, support, com: np.ndarray) -> bool:
+        """Whether ``support`` alone balances gravity with the CoM at ``com`` (the planner's
+        stage-1 statics: forces in its friction cones, grasps bounded)."""
+        c = st.com_target(self.model, support, self.model.robot.total_mass, com[:2])
+        return c is not None and float(np.linalg.norm(c - com[:2])) < BALANCE_TOL
+
+    def _swing_timed_out(self, ph: dict) -> None:
+        """A swing that did not land within its time: the limb is not loaded (the next stance
+        would lean on a contact that is not there). Retry it from where the limb is, up to
+        SWING_RETRIES times; then stay in the swing's stance (its support holds the robot, in
+        equilibrium at the CoM target), the limb back in the posture it had when the swing began."""
+        ph["tries"] = ph.get("tries", 0) + 1
+        self.events.append((self.k, "swing timed out"))
+        if ph["limb"] in hum.HANDS:
+            self.grip[ph["limb"]] = False
+        if ph["tries"] <= SWING_RETRIES:
+            for key in ("path", "t_path", "t_way", "ref"):
+                ph.pop(key, None)
+            self.t_phase = -self.env.unwrapped.control_dt    # 0 after this step: fresh references
+            return
+        self.events.append((self.k, "swing aborted"))
+        self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com"], q=ph["q0"],
+                                     quat=ph["quat"])]
+        self.t_phase = -self.env.unwrapped.control_dt
 
     def _pd_action(self, q_target: np.ndarray, action: np.ndarray) -> np.ndarray:
         rob = self.model.robot if self.model is not None else self.env.unwrapped.robot
