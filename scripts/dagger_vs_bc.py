@@ -6,8 +6,11 @@
         --eval-tasks 3 --max-epochs 20 --out out/dagger_vs_bc_tiny      # a smoke run
 
 On the simplified Pour-v0: trains DAgger (round 0 = ``--demo-episodes`` expert episodes, then
-``--rounds`` rounds of ``--episodes-per-round`` beta-mixed rollouts in which the expert relabels
-every visited state; ``sqp`` replans from each), counts the expert labels L in DAgger's final
+``--rounds`` rounds of ``--episodes-per-round`` beta-mixed rollouts in which the expert labels
+every visited state: with ``--relabel none`` (the default) the expert policy as it runs, i.e.
+``sqp`` tracking the plan it made at the episode's start, whose action from a state off the plan
+heads back to the plan's pose at that time; ``--relabel replan`` plans again from each state,
+~2 s a label), counts the expert labels L in DAgger's final
 dataset, trains BC on expert demonstrations holding exactly L labels, and evaluates the expert,
 BC and DAgger on the first ``--eval-tasks`` tasks of the eval split. Prints a Markdown table
 (success with Wilson 95 % CI, in_target and spilled with 95 % CI of the mean, per-decision
@@ -120,12 +123,12 @@ def table(results: dict, expert: str) -> str:
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--expert", default="sqp", choices=("sqp", "scripted"))
-    p.add_argument("--demo-episodes", type=int, default=270, help="DAgger round 0: expert episodes")
-    p.add_argument("--rounds", type=int, default=2, help="DAgger rounds after round 0")
-    p.add_argument("--episodes-per-round", type=int, default=8)
+    p.add_argument("--demo-episodes", type=int, default=700, help="DAgger round 0: expert episodes")
+    p.add_argument("--rounds", type=int, default=4, help="DAgger rounds after round 0")
+    p.add_argument("--episodes-per-round", type=int, default=50)
     p.add_argument("--beta0", type=float, default=0.5)
     p.add_argument("--beta-decay", type=float, default=0.5)
-    p.add_argument("--relabel", default="auto", choices=("none", "replan", "auto"),
+    p.add_argument("--relabel", default="none", choices=("none", "replan", "auto"),
                    help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
                         "state), replan = replan from every visited state")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
@@ -133,7 +136,8 @@ def main(argv=None) -> dict:
                    help="let the policies see S's velocity and the older heightfield/lip frames (by default "
                         "they do not: a cloned policy copies its last action from them)")
     p.add_argument("--max-epochs", type=int, default=200)
-    p.add_argument("--val-episodes", type=int, default=5,
+    p.add_argument("--weight-decay", type=float, default=1e-3, help="Adam's L2 penalty for both policies")
+    p.add_argument("--val-episodes", type=int, default=10,
                    help="validation rollouts per DAgger round (last train-split tasks; 0: none)")
     p.add_argument("--eval-tasks", type=int, default=100, help="first N tasks of the eval split")
     p.add_argument("--obs-mode", default="features", choices=("features", "lip"))
@@ -152,6 +156,7 @@ def main(argv=None) -> dict:
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
     common = dict(hidden=args.hidden, ignore_obs=ignore, max_epochs=args.max_epochs, seed=args.seed,
+                  weight_decay=args.weight_decay,
                   workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()

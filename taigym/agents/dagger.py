@@ -6,10 +6,14 @@
   Minari dataset), successful ones kept as for ``bc``; fit the MLP policy on them;
 * round i = 1..``rounds``: roll out the mixture pi_i = beta_i * expert + (1 - beta_i) * learner
   (chosen per step) on ``episodes_per_round`` new train-split tasks, with
-  ``beta_i = beta0 * beta_decay ** (i - 1)``; the expert labels EVERY visited state: a planning
-  expert (``sqp``) first replans from that state (``expert.replan(info)``) and its label is
-  ``expert.act(obs, info)`` from there (``relabel="replan"``; ``"none"`` just calls ``act``,
-  e.g. for ``scripted``, which is closed-loop anyway; ``"auto"`` replans when the expert can);
+  ``beta_i = beta0 * beta_decay ** (i - 1)``; the expert labels EVERY visited state with
+  ``expert.act(obs, info)``, the expert policy as it runs (``relabel="none"``, the default:
+  ``sqp`` tracks the plan it made at the episode's start, so from a state off the plan its label
+  heads back to the plan's pose at that time; ``scripted`` is closed-loop anyway), or after
+  replanning from that state (``relabel="replan"``: ``expert.replan(info)``, ~2 s a label for
+  ``sqp``; ``"auto"`` replans when the expert can). On Pour-v0 with ``sqp``, 700 demonstrations
+  and 4 x 50 rollouts, "none" reached 0.65 success on the eval split, where "replan" had reached
+  0.36 with 270 and 2 x 8 (it cannot afford more: each rollout costs ~35 s of planning);
   aggregate every labelled state (successful or not) with the data so far; retrain the policy
   warm-started from round i-1's weights (normalisation fixed at round 0's); evaluate it on
   ``eval_episodes`` validation tasks (the last train-split tasks); log; checkpoint.
@@ -31,7 +35,7 @@ Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``l
 ``seed``, ``threads``), ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None),
 ``dataset_root`` (None), ``demo_episodes`` (10), ``success_only`` (True, round 0),
 ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
-``relabel`` ("auto"), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
+``relabel`` ("none"), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
 ``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``progress`` (True).
 """
 
@@ -49,7 +53,7 @@ from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat
 
 DEFAULTS = dict(expert="sqp", expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
                 success_only=True, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
-                relabel="auto", max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
+                relabel="none", max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
                 checkpoint_every=1, eval_episodes=10, progress=True)
 DEFAULTS.update(max_epochs=100, patience=10)
 
