@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -215,6 +216,25 @@ def test_head_alone_is_the_lookup_head():
     liquid = SimplifiedLiquid(SHAPES[1], SHAPES[1].liquid_area(0.7), _fit("frustum"))
     for theta in np.linspace(-2.5, 2.5, 41):
         assert liquid.head(theta) == pytest.approx(liquid.lookup(theta)[0], abs=1e-15)
+
+
+def test_jet_drag_falls_with_the_jets_section():
+    """Thin jets keep the identified drag; beyond A_ref a jet twice as thick is slowed half as
+    fast, so it lands further out, between the thin jet's path and the drag-free parabola; the
+    array form (the sqp planner's rollout) gives the same numbers as the float form (the env)."""
+    from taigym.models.simplified import jet_drag
+
+    f = OutflowFit("rect", 1e-3, ("constant",), (0.5,), 0.4, (0.0, 0.0), 16.0, 0.02)
+    assert jet_drag(f, 0.005) == jet_drag(f, 0.02) == 16.0
+    assert jet_drag(f, 0.04) == pytest.approx(8.0)
+    secs = np.array([0.0, 0.005, 0.02, 0.03, 0.04])
+    assert jet_drag(f, secs) == pytest.approx([jet_drag(f, float(a)) for a in secs])
+    assert jet_drag(dataclasses.replace(f, drag_section=0.0), 0.04) == 16.0     # no law: constant
+    x_thin = landing((0.1, 0.25), (0.5, 0.0), 0.05, jet_drag(f, 0.01))[0]
+    x_thick = landing((0.1, 0.25), (0.5, 0.0), 0.05, jet_drag(f, 0.04))[0]
+    assert x_thin < x_thick < landing((0.1, 0.25), (0.5, 0.0), 0.05)[0]
+    # the shipped fits carry the identified A_ref
+    assert 0.005 < fit_for("rect", 1e-3).drag_section < 0.05
 
 
 def test_jet_path_is_recovered_from_streamlines():
