@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing, path_x
+from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
+                                      path_x)
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 

@@ -34,7 +34,10 @@ grid's velocity, averaged over cells as wide as the jet), so it drops nearly ver
 lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
 25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
-(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
+(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip. A thick
+jet keeps more of its speed (the grid slows it at its edges; its core flies on): for sections A
+wider than A_ref the drag is lambda A_ref / A (:func:`jet_drag`; A_ref = 15 mm, identified on
+fast-tilt FLIP pours by ``scripts/sysid_jet_drag.py``).
 
 S's acceleration a sloshes the free surface (seed 001's surges: a container braking towards its
 lip throws liquid over it): the head h and the section A are read at the lean theta + phi, phi

@@ -4,8 +4,8 @@ The decision variables are S's poses z_i = (x_i, y_i, theta_i) at ``nodes`` cont
 ``dt`` seconds after the start pose z_0. The liquid is seed 000's simplified model
 (:mod:`taigym.models.simplified`), rolled out along the trajectory exactly as the simplified env
 steps it: S's acceleration sloshes the free surface, and the outflow path is seed 000's parabola
-with the jet's own horizontal speed relaxing at the identified drag. The objective (seed 000
-Eq. 7 and §IV-C) is a sum of squares
+with the jet's own horizontal speed relaxing at the identified drag (less for thick jets,
+``jet_drag``). The objective (seed 000 Eq. 7 and §IV-C) is a sum of squares
 
 | term | residual | scale |
 |------|----------|-------|
