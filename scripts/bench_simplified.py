@@ -16,7 +16,7 @@ in-T fractions at the end and their difference in percentage points (``--cut``: 
 env's replay stops where the simplified episode ended, as this script did before). Ends with
 one JSON line.
 
-    python scripts/bench_simplified.py [--tasks 20] [--speed-steps 20000] [--repeats 3]
+    python scripts/bench_simplified.py [--tasks 20] [--split eval] [--speed-steps 20000] [--repeats 3]
 
 ``--tasks 0`` measures the speed only.
 """
@@ -85,22 +85,24 @@ def replay(env, task, seed: int, actions, pad: bool = True) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", type=int, default=20, help="eval tasks for the agreement check")
+    ap.add_argument("--tasks", type=int, default=20, help="tasks for the agreement check")
+    ap.add_argument("--split", default="eval", choices=("eval", "train"),
+                    help="their split (train: sequences the model's checks were not made on)")
     ap.add_argument("--speed-steps", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=3, help="speed runs of the simplified env")
     ap.add_argument("--resolution", type=int, default=128)
     ap.add_argument("--cut", action="store_true", help="stop the particle env's replay where the simplified episode ended")
     ap.add_argument("--only", nargs="+", choices=list(SOURCES), help="only these action sources")
     args = ap.parse_args()
-    split = tasks("pour", split="eval")
+    split = tasks("pour", split=args.split)
     simple = gym.make("taigym/Pour-v0", fidelity="simplified")
     unchecked = gym.make("taigym/Pour-v0", fidelity="simplified", disable_env_checker=True)
     particles = gym.make("taigym/Pour-v0", resolution=args.resolution)
 
-    for t in split:                       # the outflow tables of every eval task, cached first
+    for t in split[:100]:                 # the outflow tables of the speed runs' tasks, cached first
         simple.reset(options={"task": t})
-    runs = [steps_per_second(simple, split, args.speed_steps) for _ in range(args.repeats)]
-    runs_unchecked = [steps_per_second(unchecked, split, args.speed_steps) for _ in range(args.repeats)]
+    runs = [steps_per_second(simple, split[:100], args.speed_steps) for _ in range(args.repeats)]
+    runs_unchecked = [steps_per_second(unchecked, split[:100], args.speed_steps) for _ in range(args.repeats)]
     sps_simple, sps_best = float(np.median(runs)), max(runs)
     sps_unchecked = float(np.median(runs_unchecked))
     sps_particles = steps_per_second(particles, split, 300)

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from taigym.envs.pour import make_config  # noqa: E402
 from taigym.envs.pour_tasks import sample_task  # noqa: E402
 from taigym.models import sysid  # noqa: E402
-from taigym.models.simplified import TERMS, _default_path  # noqa: E402
+from taigym.models.simplified import TERMS, _default_path, load_fits  # noqa: E402
 
 CANDIDATE_TERMS = (
     ("bernoulli", "constant"),                                   # Bernoulli alone
@@ -92,6 +92,11 @@ def main() -> None:
     ap.add_argument("--coefficients", type=Path, default=_default_path())
     args = ap.parse_args()
 
+    # the thick jets' drag law (scripts/sysid_jet_drag.py) is kept: lambda is fitted as the thin jet's
+    try:
+        a_ref = max(f.drag_section for fs in load_fits(str(args.coefficients)).values() for f in fs)
+    except FileNotFoundError:
+        a_ref = 0.0
     data = {}
     for shape in args.shapes:
         for mu in args.viscosities:
@@ -110,7 +115,7 @@ def main() -> None:
 
     rows, fits, figures = [], [], {}
     for (shape, mu), (train, test) in data.items():
-        f = sysid.fit(train, best)
+        f = sysid.fit(train, best, a_ref)
         bern = sysid.fit(train, CANDIDATE_TERMS[0])
         e = [sysid.prediction_errors(r, f) for r in test]
         eb = [sysid.prediction_errors(r, bern) for r in test]

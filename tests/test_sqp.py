@@ -105,32 +105,35 @@ def test_agent_replans_from_a_later_state():
 def test_planner_rollout_is_the_simplified_model(follow):
     """What the planner plans is what the simplified env simulates: its batched rollout gives,
     step for step, the outflow volume and the jet's landing point of stepping SimplifiedLiquid
-    as the env does (the slosh of S's acceleration, the jet drag sparing S's own velocity),
-    from liquid at rest or moving with S."""
+    as the env does (the slosh of S's acceleration, the jet drag sparing S's own velocity and
+    falling with the jet's section), from liquid at rest or moving with S."""
     from taigym.models.outflow_tables import outflow_tables
-    from taigym.models.simplified import SimplifiedLiquid, landing
+    from taigym.models.simplified import SimplifiedLiquid, jet_drag, landing
     from taigym.planners.sqp import _Rollout, initial_trajectory
 
     task = tasks("pour", split="eval")[3]
     if follow:
         task = dataclasses.replace(task, liquid_velocity="follow", source_velocity=(0.15, 0.0))
     prob = PourProblem.from_task(task)
+    # a small A_ref, so that most of this pour's jets count as thick and their drag is scaled
+    prob = dataclasses.replace(prob, fit=dataclasses.replace(prob.fit, drag_section=0.004))
     poses = initial_trajectory(prob, CFG)
     roll = _Rollout(prob, CFG, outflow_tables(prob.source))
     res, frac, _ = roll(poses[None])
     liquid = SimplifiedLiquid(prob.source, prob.volume, prob.fit, velocity=prob.surface[2:])
-    tilts, flowing = [], 0
+    tilts, flowing, thick = [], 0, 0
     for i in range(1, len(poses)):
         vel = (poses[i] - poses[i - 1]) / CFG.dt
         out = liquid.step(poses[i], vel, poses[i - 1, 2], CFG.dt)
         tilts.append(liquid.surface[0])
         assert frac[0, i - 1] * prob.initial_volume == pytest.approx(out.volume, rel=1e-6, abs=1e-12)
-        hit = landing(out.start, out.velocity, roll.rims[i], prob.fit.drag, out.carried[0])
+        hit = landing(out.start, out.velocity, roll.rims[i], jet_drag(prob.fit, out.section), out.carried[0])
         if out.volume > 0 and hit is not None:
             tx = prob.target_path(np.array([roll.times[i] + hit[1]]))[0, 0] + roll.oc[0]
             assert res[0, i - 1, 0] == pytest.approx(hit[0] - tx, abs=1e-9)
             flowing += 1
-    assert frac.sum() > 0.5 and flowing > 10
+            thick += out.section > 0.004
+    assert frac.sum() > 0.5 and flowing > 10 and thick > 5
     assert max(np.abs(tilts)) > 0.05                       # S's accelerations did slosh the surface
 
 

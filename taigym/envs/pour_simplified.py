@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquid, fit_for, landing, path_x
+from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
+                                      path_x)
 
 from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
 
@@ -85,7 +86,8 @@ class SimplifiedMember:
         self.lips = tuple(tuple(float(v) for v in lip) for lip in source.lips)   # S frame, m
         self.t_oc = tuple(float(v) for v in target.opening_centre)
         self.t_half = 0.5 * target.width
-        self.packets: list[list] = []      # [land_time, fraction, in_target, R_p, start, velocity, emit_time, carried v_x]
+        # [land_time, fraction, in_target, R_p, start, velocity, emit_time, carried v_x, drag 1/s]
+        self.packets: list[list] = []
         self.in_target = self.spilled = 0.0
         self.last = None                   # the last step's Outflow
 
@@ -117,7 +119,7 @@ class SimplifiedMember:
         task = self.task
         frac = out.volume / self.v0
         rim = t_y + self.t_oc[1]
-        drag = self.liquid.fit.drag
+        drag = jet_drag(self.liquid.fit, out.section)     # a thick surge is slowed less
         carried = out.carried[0]
         hit = landing(out.start, out.velocity, rim, drag, carried)
         in_t, rp = False, 0.0
@@ -130,14 +132,15 @@ class SimplifiedMember:
             dist = abs(x_land - tx)
             in_t = dist < self.t_half
             rp = max(0.0, 1.0 - dist / self.t_half)
-        if in_t and self.obstacles and self._blocked(out.start, out.velocity, carried, tau):
+        if in_t and self.obstacles and self._blocked(out.start, out.velocity, carried, tau, drag):
             in_t, rp = False, 0.0
-        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit, carried])
+        self.packets.append([t_emit + tau, frac, in_t, rp, out.start, out.velocity, t_emit, carried, drag])
 
-    def _blocked(self, start, velocity, carried: float, tau: float) -> bool:
-        """Does the outflow path hit an obstacle box within its flight time ``tau``?"""
+    def _blocked(self, start, velocity, carried: float, tau: float, drag: float) -> bool:
+        """Does the outflow path (jet drag ``drag``, 1/s) hit an obstacle box within its flight
+        time ``tau``?"""
         ts = np.linspace(0.0, tau, _FLIGHT_SAMPLES)
-        px = path_x(start[0], velocity[0], ts, self.liquid.fit.drag, carried)
+        px = path_x(start[0], velocity[0], ts, drag, carried)
         py = start[1] + velocity[1] * ts - 0.5 * GRAVITY * ts * ts
         for cx, cy, w, h in self.obstacles:
             if np.any((np.abs(px - cx) < 0.5 * w) & (np.abs(py - cy) < 0.5 * h)):
@@ -206,8 +209,7 @@ class SimplifiedMember:
             pts.append(self.target.fill_points(min(max(lvl / self.target.height, 1e-6), 1.0), spacing)
                        + np.asarray(t_pose[:2]))
         vel.append(np.zeros((sum(len(p) for p in pts), 2)))
-        drag = self.liquid.fit.drag
-        for land, _, _, _, start, v, t0, carried in self.packets:
+        for land, _, _, _, start, v, t0, carried, drag in self.packets:
             tau = time - t0
             if 0.0 <= tau <= land - t0:
                 for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet

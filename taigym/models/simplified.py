@@ -34,7 +34,10 @@ grid's velocity, averaged over cells as wide as the jet), so it drops nearly ver
 lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
 25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
-(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip.
+(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip. A thick
+jet keeps more of its speed (the grid slows it at its edges; its core flies on): for sections A
+wider than A_ref the drag is lambda A_ref / A (:func:`jet_drag`; A_ref = 15 mm, identified on
+fast-tilt FLIP pours by ``scripts/sysid_jet_drag.py``).
 
 S's acceleration a sloshes the free surface (seed 001's surges: a container braking towards its
 lip throws liquid over it): the head h and the section A are read at the lean theta + phi, phi
@@ -123,19 +126,21 @@ class OutflowFit:
     weights: tuple[float, ...]
     discharge: float                    # k, dimensionless
     direction: tuple[float, float] = (0.0, 0.0)   # jet direction offset a + b * lean (rad)
-    drag: float = 0.0                   # lambda, 1/s: relaxation rate of the jet's horizontal speed
+    drag: float = 0.0                   # lambda, 1/s: relaxation rate of the thin jet's horizontal speed
+    drag_section: float = 0.0           # A_ref, m: jets thicker than this are slowed less (0: never)
 
     def to_dict(self) -> dict:
         return {"shape": self.shape, "viscosity": self.viscosity, "terms": list(self.terms),
                 "weights": list(self.weights), "discharge": self.discharge,
-                "direction": list(self.direction), "drag": self.drag}
+                "direction": list(self.direction), "drag": self.drag,
+                "drag_section": self.drag_section}
 
     @classmethod
     def from_dict(cls, d: dict) -> "OutflowFit":
         return cls(d["shape"], float(d["viscosity"]), tuple(d["terms"]),
                    tuple(float(w) for w in d["weights"]), float(d["discharge"]),
                    tuple(float(x) for x in d.get("direction", (0.0, 0.0))),
-                   float(d.get("drag", 0.0)))
+                   float(d.get("drag", 0.0)), float(d.get("drag_section", 0.0)))
 
 
 def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
@@ -157,7 +162,7 @@ def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
     direction = tuple((1 - t) * da + t * db for da, db in zip(a.direction, b.direction))
     return OutflowFit(a.shape, float(viscosity), a.terms, w,
                       (1 - t) * a.discharge + t * b.discharge, direction,
-                      (1 - t) * a.drag + t * b.drag)
+                      (1 - t) * a.drag + t * b.drag, (1 - t) * a.drag_section + t * b.drag_section)
 
 
 def _default_path() -> Path:
@@ -397,15 +402,30 @@ def slosh_array(tilt, rate, velocity, previous, volume, width: float, dt: float)
     return np.where(at_rest, 0.0, phi), np.where(at_rest, 0.0, r)
 
 
-def horizontal_travel(t, drag: float):
+def jet_drag(fit: OutflowFit, section):
+    """lambda (1/s) of a jet leaving through an outflow section ``section`` (m, float or array):
+    the identified thin-jet drag, scaled by A_ref / A for sections wider than A_ref
+    (``fit.drag_section``; ``scripts/sysid_jet_drag.py``): FLIP slows a jet at its edges, where
+    the grid averages it with the air around it, and a thick jet's core keeps its speed."""
+    a_ref = fit.drag_section
+    if isinstance(section, np.ndarray):
+        return fit.drag * np.minimum(1.0, a_ref / np.maximum(section, 1e-12)) if a_ref > 0.0 else \
+            np.full(section.shape, fit.drag)
+    return fit.drag * a_ref / section if section > a_ref > 0.0 else fit.drag
+
+
+def horizontal_travel(t, drag):
     """The factor of v_x in the jet's horizontal travel after t s (s; t itself without drag):
-    (1 - exp(-drag t)) / drag. Works on floats and arrays."""
+    (1 - exp(-drag t)) / drag. Works on floats and arrays (of t, and of drag)."""
+    if isinstance(drag, np.ndarray):
+        d = np.maximum(drag, 1e-9)
+        return -np.expm1(-d * t) / d
     if drag <= 1e-9:
         return t
     return -np.expm1(-drag * t) / drag if isinstance(t, np.ndarray) else -math.expm1(-drag * t) / drag
 
 
-def path_x(x0: float, vx: float, t, drag: float, carried: float = 0.0):
+def path_x(x0: float, vx: float, t, drag, carried: float = 0.0):
     """x (m) of the outflow path t s after leaving x0 with horizontal velocity vx, of which
     ``carried`` is S's rigid motion: the drag relaxes only the jet's own speed vx - carried
     (module docstring); the liquid keeps what it shared with S."""

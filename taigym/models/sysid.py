@@ -26,7 +26,7 @@ from scipy.interpolate import PchipInterpolator
 from taigym.sim.geometry import Container, points_in_polygon
 
 from .outflow_tables import OutflowTables, outflow_tables
-from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, landing, path_x, regressors
+from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, jet_drag, landing, path_x, regressors
 
 DT = 0.05                          # s, the envs' control step
 WORLD_SIZE = (0.4, 0.4)            # m; S's frame origin at its centre
@@ -224,8 +224,11 @@ def regression_rows(rec: PourRecord, tables: OutflowTables | None = None,
     return np.array(phi).reshape(-1, len(terms)), np.array(u), np.array(da), np.array(lost)
 
 
-def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS) -> OutflowFit:
-    """Least-squares coefficients (and discharge coefficient) over the records' steps."""
+def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS,
+        drag_section: float = 0.0) -> OutflowFit:
+    """Least-squares coefficients (and discharge coefficient) over the records' steps; the jet
+    drag for sections up to ``drag_section`` (m; identified by ``scripts/sysid_jet_drag.py``),
+    falling as 1 / A beyond (:func:`taigym.models.simplified.jet_drag`)."""
     rows = [regression_rows(r, terms=terms) for r in records]
     phi = np.concatenate([r[0] for r in rows])
     u = np.concatenate([r[1] for r in rows])
@@ -237,18 +240,19 @@ def fit(records: Sequence[PourRecord], terms: tuple[str, ...] = TERMS) -> Outflo
     q = da * u
     k = float(q @ lost / max(q @ q, 1e-30))
     r0 = records[0]
-    a, b, lam = jet_path(records, w, terms)
+    a, b, lam = jet_path(records, w, terms, drag_section)
     return OutflowFit(r0.shape.shape, r0.viscosity, tuple(terms), tuple(float(x) for x in w), k,
-                      (a, b), lam)
+                      (a, b), lam, drag_section)
 
 
 def jet_path(records: Sequence[PourRecord], weights: Sequence[float],
-             terms: tuple[str, ...] = TERMS) -> tuple[float, float, float]:
+             terms: tuple[str, ...] = TERMS, drag_section: float = 0.0) -> tuple[float, float, float]:
     """(a, b, lambda): the jet's direction offset a + b * lean (rad, counter-clockwise from the
     model's direction d) and the relaxation rate of its horizontal speed (1/s) that put the
     model's outflow path, from the section's centroid with the model's u (``weights``, one step
     ahead from the recorded state), where the simulated particles of each step crossed the
     levels FLIGHT_DROPS below the lip: nonlinear least squares weighted by the particles read.
+    lambda is the thin jet's: sections A wider than ``drag_section`` (m) get lambda A_ref / A.
     (0, 0, 0) without streamline data."""
     from scipy.optimize import least_squares
 
@@ -275,31 +279,31 @@ def jet_path(records: Sequence[PourRecord], weights: Sequence[float],
                 x, _, n = rec.flight[i, j]
                 if n > 0:
                     rows.append((PIVOT[0] + rx, PIVOT[1] + ry, -om * ry, om * rx, u, dx, dy,
-                                 rec.lean[i + 1], lip_y - d, x, n))
+                                 rec.lean[i + 1], lip_y - d, x, n, a))
     if len(rows) < 3:
         return 0.0, 0.0, 0.0
-    x0, y0, rvx, rvy, u, dx, dy, lean, level, x_sim, n = np.array(rows).T
+    x0, y0, rvx, rvy, u, dx, dy, lean, level, x_sim, n, sec = np.array(rows).T
     sw = np.sqrt(n)
+    scale = np.minimum(1.0, drag_section / sec) if drag_section > 0.0 else 1.0
 
     def residual(p):
         off = p[0] + p[1] * lean
         co, so = np.cos(off), np.sin(off)
         vx, vy = rvx + u * (co * dx - so * dy), rvy + u * (so * dx + co * dy)
         tau = (vy + np.sqrt(np.maximum(vy * vy + 2.0 * GRAVITY * (y0 - level), 0.0))) / GRAVITY
-        return (path_x(x0, vx, tau, p[2], rvx) - x_sim) * sw
+        return (path_x(x0, vx, tau, p[2] * scale, rvx) - x_sim) * sw
 
     best = least_squares(residual, [0.0, 0.0, 10.0], bounds=([-np.pi, -np.pi, 0.0], [np.pi, np.pi, 500.0]))
     a, b, lam = best.x
     return float(a), float(b), float(lam)
 
 
-def streamline_errors(records: Sequence[PourRecord], model: OutflowFit,
-                      max_head: float = math.inf) -> tuple[float, float]:
-    """(RMS, mean) horizontal error (m) of the model's outflow path where the simulated
-    particles crossed the levels FLIGHT_DROPS below the lip, weighted by particles; one step
-    ahead from each recorded state, as :func:`jet_path` fits it; over the steps whose head h
-    is at most ``max_head`` (m)."""
-    err, wt = [], []
+def flight_samples(records: Sequence[PourRecord], model: OutflowFit, max_head: float = math.inf):
+    """(the model's Outflow, level (m), simulated mean x (m), particles) for each step and level
+    FLIGHT_DROPS below the lip where the step's particles were read: the model one step ahead
+    from each recorded state, as :func:`jet_path` fits it; over the steps whose head h is at most
+    ``max_head`` (m)."""
+    out_rows = []
     for rec in records:
         if rec.flight is None:
             continue
@@ -317,10 +321,24 @@ def streamline_errors(records: Sequence[PourRecord], model: OutflowFit,
             lip_y = PIVOT[1] + math.sin(th1) * lip[0] + math.cos(th1) * lip[1]
             for j, d in enumerate(FLIGHT_DROPS):
                 x, _, n = rec.flight[i, j]
-                hit = landing(out.start, out.velocity, lip_y - d, model.drag, out.carried[0]) if n > 0 else None
-                if hit is not None:
-                    err.append(hit[0] - x)
-                    wt.append(n)
+                if n > 0:
+                    out_rows.append((out, lip_y - d, float(x), float(n)))
+    return out_rows
+
+
+def streamline_errors(records: Sequence[PourRecord], model: OutflowFit, max_head: float = math.inf,
+                      min_section: float = 0.0) -> tuple[float, float]:
+    """(RMS, mean) horizontal error (m) of the model's outflow path where the simulated
+    particles crossed the levels FLIGHT_DROPS below the lip, weighted by particles
+    (:func:`flight_samples`), over the steps whose outflow section is at least ``min_section`` (m)."""
+    err, wt = [], []
+    for out, level, x, n in flight_samples(records, model, max_head):
+        if out.section < min_section:
+            continue
+        hit = landing(out.start, out.velocity, level, jet_drag(model, out.section), out.carried[0])
+        if hit is not None:
+            err.append(hit[0] - x)
+            wt.append(n)
     if not err:
         return 0.0, 0.0
     e, w = np.array(err), np.array(wt)

@@ -4,8 +4,8 @@ The decision variables are S's poses z_i = (x_i, y_i, theta_i) at ``nodes`` cont
 ``dt`` seconds after the start pose z_0. The liquid is seed 000's simplified model
 (:mod:`taigym.models.simplified`), rolled out along the trajectory exactly as the simplified env
 steps it: S's acceleration sloshes the free surface, and the outflow path is seed 000's parabola
-with the jet's own horizontal speed relaxing at the identified drag. The objective (seed 000
-Eq. 7 and §IV-C) is a sum of squares
+with the jet's own horizontal speed relaxing at the identified drag (less for thick jets,
+``jet_drag``). The objective (seed 000 Eq. 7 and §IV-C) is a sum of squares
 
 | term | residual | scale |
 |------|----------|-------|
@@ -45,8 +45,8 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, jet_directions, path_x, regressors_array,
-                                      slosh_array)
+from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, jet_directions, jet_drag, path_x,
+                                      regressors_array, slosh_array)
 from taigym.sim.geometry import Box, Container
 
 
@@ -230,24 +230,24 @@ class _Rollout:
             # jet's own, which the drag relaxes (taigym.models.simplified.path_x)
             rx, ry = vel[0] - om * (wy - y), vel[1] + om * (wx - x)
             jx, jy = rx + u * dx, ry + u * dy
-            res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i, rx)
+            res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i, rx, jet_drag(fit, a))
             # the fan's ends: the slowest liquid leaves with S's velocity only and dribbles off
             # the lip; the fastest keeps the jet's speed (seed 000's parabola, no drag)
-            res[:, i - 1, 2:4], _ = self._landing(wx, wy, rx, ry, i, rx)
-            res[:, i - 1, 4:], _ = self._landing(wx, wy, jx, jy, i, rx, drag=0.0)
+            res[:, i - 1, 2:4], _ = self._landing(wx, wy, rx, ry, i, rx, 0.0)
+            res[:, i - 1, 4:], _ = self._landing(wx, wy, jx, jy, i, rx, 0.0)
         res[..., 2:] *= cfg.dribble_weight
         return res, frac, hit
 
-    def _landing(self, x0, y0, vx, vy, i: int, carried, drag: float | None = None):
+    def _landing(self, x0, y0, vx, vy, i: int, carried, drag):
         """Residual (M, 2) of jets emitted at node i against T's opening (where T is when they
         land), and whether each lands inside it; ``carried``: the part of vx that is S's rigid
-        motion (no drag on it); ``drag`` (1/s): the model's unless given."""
+        motion (no drag on it); ``drag`` (1/s, float or (M,)): the jet drag on the rest."""
         rim, t_emit = self.rims[i], self.times[i]
         disc = vy * vy + 2.0 * GRAVITY * (y0 - rim)
         ok = disc >= 0.0
         tau = np.where(ok, (vy + np.sqrt(np.maximum(disc, 0.0))) / GRAVITY,
                        np.maximum(vy, 0.0) / GRAVITY)              # else: the apex
-        x_hit = path_x(x0, vx, tau, self.p.fit.drag if drag is None else drag, carried)
+        x_hit = path_x(x0, vx, tau, drag, carried)
         tx = self.p.target_path(t_emit + tau)[:, 0] + self.oc[0]
         err_x = x_hit - tx
         short = np.where(ok, 0.0, -disc / (2.0 * GRAVITY))         # rim - apex height, m
