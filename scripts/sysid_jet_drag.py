@@ -53,21 +53,10 @@ def pours(shape: str, viscosity: float, n: int, out: Path, batch: int) -> list:
     containers = [t.source_shape(wall) for t in tasks]
     fills = [float(rng.uniform(0.5, 0.9)) for _ in range(n)]
     curves = [sysid.monotone_tilt_curve(rng, 60, duration_range=(0.3, 1.5)) for _ in range(n)]
-    if path.exists():
-        z = np.load(path)
-        return [sysid.PourRecord(c, f, viscosity, z["lean"][i], z["volume"][i], z["speed"][i],
-                                 z["crossed"][i], z["velocity"][i], z["flight"][i])
-                for i, (c, f) in enumerate(zip(containers, fills))]
     t0 = time.perf_counter()
-    recs = sysid.simulate_pours(containers, fills, viscosity, curves, cells=CELLS, batch_size=batch,
-                                progress=lambda k, m: print(f"  {shape} mu={viscosity:g}: {k}/{m} pours "
-                                                            f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **{k: np.stack([getattr(r, k) for r in recs])
-                       for k in ("lean", "volume", "speed", "crossed", "velocity", "flight")})
-    os.replace(tmp, path)
+    recs = sysid.cached_pours(path, containers, fills, viscosity, curves, cells=CELLS, batch_size=batch,
+                              progress=lambda k, m: print(f"  {shape} mu={viscosity:g}: {k}/{m} pours "
+                                                          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr))
     return recs
 
 

@@ -62,20 +62,11 @@ def pours(shape: str, viscosity: float, n: int, cells: int, batch: int, out: Pat
     containers = [t.source_shape(wall) for t in tasks]
     fills = [t.fill for t in tasks]
     curves = [sysid.monotone_tilt_curve(rng, 100) for _ in range(n)]
-    if path.exists():
-        z = np.load(path)
-        return [sysid.PourRecord(c, f, viscosity, z["lean"][i], z["volume"][i], z["speed"][i],
-                                 z["crossed"][i], z["velocity"][i], z["flight"][i])
-                for i, (c, f) in enumerate(zip(containers, fills))]
     t0 = time.perf_counter()
-    recs = sysid.simulate_pours(
-        containers, fills, viscosity, curves, cells=cells, batch_size=batch,
+    recs = sysid.cached_pours(
+        path, containers, fills, viscosity, curves, cells=cells, batch_size=batch,
         progress=lambda k, m: print(f"  {shape} mu={viscosity:g}: {k}/{m} pours "
                                     f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr))
-    _atomic_write(path, lambda f: np.savez(
-        f, lean=np.stack([r.lean for r in recs]), volume=np.stack([r.volume for r in recs]),
-        speed=np.stack([r.speed for r in recs]), crossed=np.stack([r.crossed for r in recs]),
-        velocity=np.stack([r.velocity for r in recs]), flight=np.stack([r.flight for r in recs])))
     return recs
 
 

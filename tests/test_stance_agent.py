@@ -11,18 +11,25 @@ from taigym.planners import stance as st
 from taigym.sim import humanoid as hum
 
 
-def test_registered():
-    assert "stance" in taigym.agents.available()
-
-
-def test_qp_controller_shifts_the_com_in_torque_control():
-    """With torques from the QP only (no PD servo), the robot stands and moves its CoM 4 cm."""
+def _standing_on_a_step_task():
+    """A step task in torque control at 60 Hz, reset, and a stance agent whose model is set to
+    the robot's state, ready for phases written by the test."""
     task = MultiContactTask(family="step")
     env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
     obs, info = env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task
     agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    return env, obs, info, agent
+
+
+def test_registered():
+    assert "stance" in taigym.agents.available()
+
+
+def test_qp_controller_shifts_the_com_in_torque_control():
+    """With torques from the QP only (no PD servo), the robot stands and moves its CoM 4 cm."""
+    env, obs, info, agent = _standing_on_a_step_task()
     com0 = agent.model.robot.com_and_jacobian()[0]
     target = com0 + np.array([0.04, 0.0, 0.0])
     feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
@@ -65,12 +72,7 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     import taigym.agents.stance as sa
 
     monkeypatch.setattr(sa, "PHASE_TIMEOUT", 0.3)
-    task = MultiContactTask(family="step")
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
-    obs, info = env.reset(seed=0, options={"task": task})
-    agent = StanceAgent(env)
-    agent.model, agent._task = st.StanceModel(task), task
-    agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    env, obs, info, agent = _standing_on_a_step_task()
     com = agent.model.robot.com_and_jacobian()[0]
     feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
     q, quat = obs[:21].astype(float), obs[45:49].astype(float)

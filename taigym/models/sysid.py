@@ -17,8 +17,11 @@ and horizontal drag (:func:`jet_path`). Pours are simulated at the Pour env's ce
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy.interpolate import PchipInterpolator
@@ -154,6 +157,25 @@ def simulate_pours(containers: Sequence[Container], fills: Sequence[float], visc
         if progress is not None:
             progress(len(records), n)
     return records
+
+
+def cached_pours(path, containers: Sequence[Container], fills: Sequence[float], viscosity: float,
+                 curves: Sequence[np.ndarray], **simulate) -> list[PourRecord]:
+    """:func:`simulate_pours`, or its records read from ``path`` (an ``.npz`` written here, atomically,
+    after simulating): identification scripts rerun in seconds once their pours exist."""
+    path = Path(path)
+    keys = ("lean", "volume", "speed", "crossed", "velocity", "flight")
+    if path.exists():
+        z = np.load(path)
+        return [PourRecord(c, f, viscosity, *(z[k][i] for k in keys))
+                for i, (c, f) in enumerate(zip(containers, fills))]
+    recs = simulate_pours(containers, fills, viscosity, curves, **simulate)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
+    with os.fdopen(fd, "wb") as f:
+        np.savez(f, **{k: np.stack([getattr(r, k) for r in recs]) for k in keys})
+    os.replace(tmp, path)
+    return recs
 
 
 def _follow(flight: np.ndarray, exit_step: np.ndarray, levels: np.ndarray, left: np.ndarray,
