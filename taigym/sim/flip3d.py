@@ -21,8 +21,14 @@ is written once for an axis ``a`` unrolled at compile time):
 5. extrapolation into air, grid to particle (FLIP/PIC blend), RK2 advection in legs of at most
    ``ADVECTION_CFL`` cells, each followed by a push out of solids.
 
-Every grid pass is restricted to the liquid's padded bounding box (``box``). The grid is dense
-over the domain: memory grows with the domain, time with the liquid's bounding box.
+Every grid pass runs over the *active tiles* only: the grid is cut into tiles of TILE^3 cells,
+a tile is active when a particle lies within ``dilation`` tiles of it (at least ``pad`` cells:
+beyond that nothing a particle sees depends on the grid, as the velocity extrapolation reaches
+``layers`` < ``pad`` cells), and each pass loops over the active tiles' cells, nodes or faces
+(the narrow band of seed 004's DT-grid, in tiles). Cells outside them read as empty air. So a
+substep's time grows with the liquid (a pour's source, stream and target), not with its
+bounding box or the room; the pressure system is sized by the particle count; the face and node
+arrays are dense over the room (memory, not time).
 
 Units: SI (m, s, m/s); pressure is solved as ``p * dt / rho`` (m^2/s).
 """
@@ -36,6 +42,8 @@ from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_
 from .flip2d import (MIC_SIGMA, MIC_TAU, PARALLEL_LANES, PCG_MAX_ITERS, PCG_TOLERANCE, SDF_BAND,
                      open_fraction)
 from .geometry3d import KIND_BOX3, KIND_REVOLVED
+
+TILE = 4  # cells along each side of a tile of the active region
 
 @ti.func
 def unit(a: ti.template()):
@@ -68,8 +76,11 @@ class Flip3D:
         self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
         self.r_particle = 0.25 * dx
         self.layers = int(np.ceil(cfl)) + 1
-        self.pad = self.layers + 2
-        B, P, K, C = batch, max_particles, max_bodies, nx * ny * nz
+        self.pad = self.layers + 2                      # cells of air kept around the liquid
+        self.dilation = -(-self.pad // TILE)             # the same, in whole tiles
+        # liquid cells hold particles: the pressure system never has more rows than particles
+        B, P, K, C = batch, max_particles, max_bodies, min(nx * ny * nz, max_particles)
+        T = self.tiles = (-(-nx // TILE), -(-ny // TILE), -(-nz // TILE))
         # particles
         self.x = ti.Vector.field(3, ti.f32, shape=(B, P))
         self.v = ti.Vector.field(3, ti.f32, shape=(B, P))
@@ -110,7 +121,15 @@ class Flip3D:
         self.count = ti.field(ti.i32, shape=(B, nx, ny, nz))
         self.rho = ti.field(ti.f32, shape=(B, nx, ny, nz))
         self.cell_id = ti.field(ti.i32, shape=(B, nx, ny, nz))
-        self.box = ti.Vector.field(6, ti.i32, shape=B)            # i0, i1, j0, j1, k0, k1
+        # active region: tiles holding particles (`tile_mark`), tiles within `dilation` of one
+        # (`tile_on`), the active tiles' codes in lexicographic order (MIC(0) needs every cell's
+        # -x, -y, -z neighbours listed before it: tile by tile, cell by cell, they are), and the
+        # box of tiles whose flags were set (cleared at the next update)
+        self.tile_mark = ti.field(ti.i32, shape=(B, *T))
+        self.tile_on = ti.field(ti.i32, shape=(B, *T))
+        self.tile_list = ti.field(ti.i32, shape=(B, T[0] * T[1] * T[2]))
+        self.ntiles = ti.field(ti.i32, shape=B)
+        self.tile_box = ti.Vector.field(6, ti.i32, shape=B)
         # pressure system on the liquid cells, lexicographic (i, j, k) order
         self.cells = ti.field(ti.i32, shape=(B, C))
         self.nbr = ti.Vector.field(6, ti.i32, shape=(B, C))       # -x, +x, -y, +y, -z, +z
@@ -205,35 +224,38 @@ class Flip3D:
         """Nodal SDF and velocity, then the faces' open fractions and solid velocities."""
         dx = self.dx
         L = ti.Vector([self.nx, self.ny, self.nz]) * dx
-        i0, i1, j0, j1, k0, k1 = self.box[b]
-        for i, j, l in ti.ndrange((i0, i1 + 1), (j0, j1 + 1), (k0, k1 + 1)):
-            p = ti.Vector([i, j, l]) * dx
-            phi = ti.min(p.min(), (L - p).min())  # domain walls
-            vel = ti.Vector([0.0, 0.0, 0.0])
-            for k in range(self.nbody[b]):
-                if (p - self.frame_c[b, k]).norm() < self.bound[b, k] + 2.0 * dx:
-                    d = self.body_sdf(b, k, p)
-                    if d < phi:
-                        phi = d
-                        vel = self.body_point_velocity(b, k, p)
-            self.phi[b, i, j, l] = phi
-            self.vnode[b, i, j, l] = vel
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, ti.Vector([1, 1, 1]))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                p = ti.Vector([i, j, l]) * dx
+                phi = ti.min(p.min(), (L - p).min())  # domain walls
+                vel = ti.Vector([0.0, 0.0, 0.0])
+                for k in range(self.nbody[b]):
+                    if (p - self.frame_c[b, k]).norm() < self.bound[b, k] + 2.0 * dx:
+                        d = self.body_sdf(b, k, p)
+                        if d < phi:
+                            phi = d
+                            vel = self.body_point_velocity(b, k, p)
+                self.phi[b, i, j, l] = phi
+                self.vnode[b, i, j, l] = vel
         for a in ti.static(range(3)):
             e, e1, e2 = unit(a), unit((a + 1) % 3), unit((a + 2) % 3)
-            for i, j, l in ti.ndrange((i0, i1 + (a == 0)), (j0, j1 + (a == 1)), (k0, k1 + (a == 2))):
-                I = ti.Vector([i, j, l])
-                # A face next to an empty solid-centred cell is closed (see flip2d.update_solids).
-                closed = self.solid_centred(b, I - e) or self.solid_centred(b, I)
-                n00, n10 = I, I + e1
-                n01, n11 = I + e2, I + e1 + e2
-                p00, p10 = self.phi[b, n00[0], n00[1], n00[2]], self.phi[b, n10[0], n10[1], n10[2]]
-                p01, p11 = self.phi[b, n01[0], n01[1], n01[2]], self.phi[b, n11[0], n11[1], n11[2]]
-                frac = 0.25 * (open_fraction(p00, p10) + open_fraction(p01, p11)
-                               + open_fraction(p00, p01) + open_fraction(p10, p11))
-                self.wgt[a][b, i, j, l] = 0.0 if closed else frac
-                vs = (self.vnode[b, n00[0], n00[1], n00[2]] + self.vnode[b, n10[0], n10[1], n10[2]]
-                      + self.vnode[b, n01[0], n01[1], n01[2]] + self.vnode[b, n11[0], n11[1], n11[2]])
-                self.solid[a][b, i, j, l] = 0.25 * vs[a]
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    I = ti.Vector([i, j, l])
+                    # A face next to an empty solid-centred cell is closed (see flip2d.update_solids).
+                    closed = self.solid_centred(b, I - e) or self.solid_centred(b, I)
+                    n00, n10 = I, I + e1
+                    n01, n11 = I + e2, I + e1 + e2
+                    p00, p10 = self.phi[b, n00[0], n00[1], n00[2]], self.phi[b, n10[0], n10[1], n10[2]]
+                    p01, p11 = self.phi[b, n01[0], n01[1], n01[2]], self.phi[b, n11[0], n11[1], n11[2]]
+                    frac = 0.25 * (open_fraction(p00, p10) + open_fraction(p01, p11)
+                                   + open_fraction(p00, p01) + open_fraction(p10, p11))
+                    self.wgt[a][b, i, j, l] = 0.0 if closed else frac
+                    vs = (self.vnode[b, n00[0], n00[1], n00[2]] + self.vnode[b, n10[0], n10[1], n10[2]]
+                          + self.vnode[b, n01[0], n01[1], n01[2]] + self.vnode[b, n11[0], n11[1], n11[2]])
+                    self.solid[a][b, i, j, l] = 0.25 * vs[a]
 
     @ti.func
     def solid_centred(self, b, I):
@@ -264,10 +286,11 @@ class Flip3D:
     @ti.func
     def splat_density(self, b):
         """Particle count per cell and the trilinear number density at cell centres (1 = rest)."""
-        i0, i1, j0, j1, k0, k1 = self.box[b]
-        for i, j, l in ti.ndrange((i0, i1), (j0, j1), (k0, k1)):
-            self.count[b, i, j, l] = 0
-            self.rho[b, i, j, l] = 0.0
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                self.count[b, i, j, l] = 0
+                self.rho[b, i, j, l] = 0.0
         hi = ti.Vector([self.nx, self.ny, self.nz])
         for p in range(self.n[b]):
             x = self.x[b, p] / self.dx
@@ -285,47 +308,51 @@ class Flip3D:
 
     @ti.func
     def particles_to_grid(self, b):
-        i0, i1, j0, j1, k0, k1 = self.box[b]
         for a in ti.static(range(3)):
-            for i, j, l in ti.ndrange((i0, i1 + (a == 0)), (j0, j1 + (a == 1)), (k0, k1 + (a == 2))):
-                self.vel[a][b, i, j, l] = 0.0
-                self.tmp[a][b, i, j, l] = 0.0
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    self.vel[a][b, i, j, l] = 0.0
+                    self.tmp[a][b, i, j, l] = 0.0
         for p in range(self.n[b]):
             self.splat(b, self.x[b, p], self.v[b, p])
         for a in ti.static(range(3)):
-            for i, j, l in ti.ndrange((i0, i1 + (a == 0)), (j0, j1 + (a == 1)), (k0, k1 + (a == 2))):
-                self.valid[a][b, i, j, l] = 0
-                if self.wgt[a][b, i, j, l] == 0.0:
-                    self.vel[a][b, i, j, l] = self.solid[a][b, i, j, l]
-                    self.valid[a][b, i, j, l] = 1
-                elif self.tmp[a][b, i, j, l] > 1e-6:
-                    self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] / self.tmp[a][b, i, j, l]
-                    self.valid[a][b, i, j, l] = 1
-                self.old[a][b, i, j, l] = self.vel[a][b, i, j, l]
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    self.valid[a][b, i, j, l] = 0
+                    if self.wgt[a][b, i, j, l] == 0.0:
+                        self.vel[a][b, i, j, l] = self.solid[a][b, i, j, l]
+                        self.valid[a][b, i, j, l] = 1
+                    elif self.tmp[a][b, i, j, l] > 1e-6:
+                        self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] / self.tmp[a][b, i, j, l]
+                        self.valid[a][b, i, j, l] = 1
+                    self.old[a][b, i, j, l] = self.vel[a][b, i, j, l]
 
     @ti.func
     def extrapolate(self, b, a: ti.template(), f: ti.template(), valid: ti.template()):
         """Grow valid face velocities of component a (field f) into air, one layer at a time."""
-        bx = self.box[b]
-        lo = ti.Vector([bx[0], bx[2], bx[4]])
-        hi = ti.Vector([bx[1], bx[3], bx[5]]) + unit(a)
         for layer in ti.static(range(self.layers)):
-            for i, j, l in ti.ndrange((lo[0], hi[0]), (lo[1], hi[1]), (lo[2], hi[2])):
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    if valid[b, i, j, l] == 0:
+                        acc, cnt = 0.0, 0
+                        for d in ti.static(range(6)):
+                            J = ti.Vector([i, j, l]) + (1 - 2 * (d % 2)) * unit(d // 2)
+                            if self.face_in_box(b, a, J):
+                                vv = valid[b, J[0], J[1], J[2]]
+                                if vv >= 1 and vv <= layer + 1:
+                                    acc += f[b, J[0], J[1], J[2]]
+                                    cnt += 1
+                        if cnt > 0:
+                            f[b, i, j, l] = acc / cnt
+                            valid[b, i, j, l] = layer + 2
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, unit(a))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 if valid[b, i, j, l] == 0:
-                    acc, cnt = 0.0, 0
-                    for d in ti.static(range(6)):
-                        J = ti.Vector([i, j, l]) + (1 - 2 * (d % 2)) * unit(d // 2)
-                        if (J >= lo).all() and (J < hi).all():
-                            vv = valid[b, J[0], J[1], J[2]]
-                            if vv >= 1 and vv <= layer + 1:
-                                acc += f[b, J[0], J[1], J[2]]
-                                cnt += 1
-                    if cnt > 0:
-                        f[b, i, j, l] = acc / cnt
-                        valid[b, i, j, l] = layer + 2
-        for i, j, l in ti.ndrange((lo[0], hi[0]), (lo[1], hi[1]), (lo[2], hi[2])):
-            if valid[b, i, j, l] == 0:
-                f[b, i, j, l] = 0.0
+                    f[b, i, j, l] = 0.0
 
     @ti.func
     def sample(self, b, f: ti.template(), a: ti.template(), x):
@@ -373,9 +400,35 @@ class Flip3D:
     # ------------------------------------------------------------------ forces
     @ti.func
     def in_box(self, b, I):
-        bx = self.box[b]
-        return (bx[0] <= I[0] and I[0] < bx[1] and bx[2] <= I[1] and I[1] < bx[3]
-                and bx[4] <= I[2] and I[2] < bx[5])
+        """Cell I lies in an active tile."""
+        res = False
+        if (I >= 0).all() and (I < ti.Vector([self.nx, self.ny, self.nz])).all():
+            t = I // TILE
+            res = self.tile_on[b, t[0], t[1], t[2]] == 1
+        return res
+
+    @ti.func
+    def face_in_box(self, b, a: ti.template(), J):
+        """Face J of axis a borders a cell of an active tile."""
+        return self.in_box(b, J) or self.in_box(b, J - unit(a))
+
+    @ti.func
+    def tile_range(self, b, t, ext):
+        """Index range [lo, hi) of the t-th active tile's cells, extended by one along each axis
+        where ``ext`` is 1 and the next tile is inactive, to take in the nodes or faces on its
+        upper side (a node or face there that a neighbour tile does not cover); clipped to the
+        grid, [0, n + ext)."""
+        T = ti.Vector([self.tiles[0], self.tiles[1], self.tiles[2]])
+        code = self.tile_list[b, t]
+        tc = ti.Vector([code // (T[1] * T[2]), (code // T[2]) % T[1], code % T[2]])
+        lo = tc * TILE
+        hi = lo + TILE
+        for a in ti.static(range(3)):
+            if ext[a] == 1:
+                up = tc + unit(a)
+                if up[a] >= T[a] or self.tile_on[b, up[0], up[1], up[2]] == 0:
+                    hi[a] += 1
+        return lo, ti.min(hi, ti.Vector([self.nx, self.ny, self.nz]) + ext)
 
     @ti.func
     def clamp_cell(self, I):
@@ -404,7 +457,6 @@ class Flip3D:
         then viscosity."""
         g = self.gravity[b]
         fm = self.frame_motion[b]
-        i0, i1, j0, j1, k0, k1 = self.box[b]
         moving = fm[9] != 0.0
         tm = t + 0.5 * dt
         o = ti.Vector([fm[0], fm[1], fm[2]])
@@ -413,16 +465,18 @@ class Flip3D:
         om = om0 + al * tm
         gl = (self.frame_R0[b] @ rotation(om0 * tm + 0.5 * al * tm * tm)).transpose() @ g
         for a in ti.static(range(3)):
-            for i, j, l in ti.ndrange((i0, i1 + (a == 0)), (j0, j1 + (a == 1)), (k0, k1 + (a == 2))):
-                if self.wgt[a][b, i, j, l] > 0.0:
-                    f = g[a]
-                    if moving:
-                        # Coriolis reads the pre-force copies: independent of the visiting order
-                        X = (ti.Vector([i, j, l]) + 0.5 - 0.5 * unit(a)) * self.dx
-                        r = X - o
-                        v = self.old_velocity(b, X)
-                        f = (gl - al.cross(r) - om.cross(om.cross(r)) - 2.0 * om.cross(v))[a]
-                    self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] + f * dt
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    if self.wgt[a][b, i, j, l] > 0.0:
+                        f = g[a]
+                        if moving:
+                            # Coriolis reads the pre-force copies: independent of the visiting order
+                            X = (ti.Vector([i, j, l]) + 0.5 - 0.5 * unit(a)) * self.dx
+                            r = X - o
+                            v = self.old_velocity(b, X)
+                            f = (gl - al.cross(r) - om.cross(om.cross(r)) - 2.0 * om.cross(v))[a]
+                        self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] + f * dt
         if self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx:
             for a in ti.static(range(3)):
                 self.viscosity(b, dt, a, self.vel[a], self.tmp[a], self.wgt[a], self.solid[a],
@@ -434,44 +488,46 @@ class Flip3D:
         """Explicit u += dt nu lap(u) on component a (field f): no-slip against solids, zero
         gradient into air."""
         c = dt * self.nu[b] / (self.dx * self.dx)
-        bx = self.box[b]
-        lo = ti.Vector([bx[0], bx[2], bx[4]])
-        hi = ti.Vector([bx[1], bx[3], bx[5]]) + unit(a)
-        for i, j, l in ti.ndrange((lo[0], hi[0]), (lo[1], hi[1]), (lo[2], hi[2])):
-            tmp[b, i, j, l] = f[b, i, j, l]
-        for i, j, l in ti.ndrange((lo[0], hi[0]), (lo[1], hi[1]), (lo[2], hi[2])):
-            I = ti.Vector([i, j, l])
-            near = (self.count_at(b, I - unit(a)) + self.count_at(b, I)) > 0
-            if wgt[b, i, j, l] > 0.0 and near:
-                centre = tmp[b, i, j, l]
-                lap = 0.0
-                for d in ti.static(range(6)):
-                    J = I + (1 - 2 * (d % 2)) * unit(d // 2)
-                    nb = centre
-                    if (J >= lo).all() and (J < hi).all():
-                        if wgt[b, J[0], J[1], J[2]] == 0.0:
-                            nb = fs[b, J[0], J[1], J[2]]
-                        elif valid[b, J[0], J[1], J[2]] != 0:
-                            nb = tmp[b, J[0], J[1], J[2]]
-                    lap += nb - centre
-                f[b, i, j, l] = centre + c * lap
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, unit(a))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                tmp[b, i, j, l] = f[b, i, j, l]
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, unit(a))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                I = ti.Vector([i, j, l])
+                near = (self.count_at(b, I - unit(a)) + self.count_at(b, I)) > 0
+                if wgt[b, i, j, l] > 0.0 and near:
+                    centre = tmp[b, i, j, l]
+                    lap = 0.0
+                    for d in ti.static(range(6)):
+                        J = I + (1 - 2 * (d % 2)) * unit(d // 2)
+                        nb = centre
+                        if self.face_in_box(b, a, J):
+                            if wgt[b, J[0], J[1], J[2]] == 0.0:
+                                nb = fs[b, J[0], J[1], J[2]]
+                            elif valid[b, J[0], J[1], J[2]] != 0:
+                                nb = tmp[b, J[0], J[1], J[2]]
+                        lap += nb - centre
+                    f[b, i, j, l] = centre + c * lap
 
     # ------------------------------------------------------------------ pressure
     @ti.func
     def build_pressure_system(self, b, dt):
         ny, nz, dx = self.ny, self.nz, self.dx
         m = 0
-        i0, i1, j0, j1, k0, k1 = self.box[b]
-        for i, j, l in ti.ndrange((i0, i1), (j0, j1), (k0, k1)):
-            self.cell_id[b, i, j, l] = -1
-            open_sum = 0.0
-            for a in ti.static(range(3)):
-                e = unit(a)
-                open_sum += self.wgt[a][b, i, j, l] + self.wgt[a][b, i + e[0], j + e[1], l + e[2]]
-            if self.count[b, i, j, l] > 0 and open_sum > 0.0:
-                self.cell_id[b, i, j, l] = m
-                self.cells[b, m] = (i * ny + j) * nz + l
-                m += 1
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                self.cell_id[b, i, j, l] = -1
+                open_sum = 0.0
+                for a in ti.static(range(3)):
+                    e = unit(a)
+                    open_sum += self.wgt[a][b, i, j, l] + self.wgt[a][b, i + e[0], j + e[1], l + e[2]]
+                if self.count[b, i, j, l] > 0 and open_sum > 0.0:
+                    self.cell_id[b, i, j, l] = m
+                    self.cells[b, m] = (i * ny + j) * nz + l
+                    m += 1
         for c in range(m):
             code = self.cells[b, c]
             I = ti.Vector([code // (ny * nz), (code // nz) % ny, code % nz])
@@ -595,19 +651,20 @@ class Flip3D:
     def project(self, b, dt):
         m = self.build_pressure_system(b, dt)
         iters = self.solve_pressure(b, m)
-        i0, i1, j0, j1, k0, k1 = self.box[b]
         for a in ti.static(range(3)):
-            for i, j, l in ti.ndrange((i0, i1 + (a == 0)), (j0, j1 + (a == 1)), (k0, k1 + (a == 2))):
-                I = ti.Vector([i, j, l])
-                lo, hi = I - unit(a), I
-                self.valid[a][b, i, j, l] = 0
-                if self.wgt[a][b, i, j, l] == 0.0:
-                    self.vel[a][b, i, j, l] = self.solid[a][b, i, j, l]
-                    self.valid[a][b, i, j, l] = 1
-                elif self.liquid_id(b, lo) >= 0 or self.liquid_id(b, hi) >= 0:
-                    dp = self.cell_pressure(b, hi) - self.cell_pressure(b, lo)
-                    self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] - dp / self.dx
-                    self.valid[a][b, i, j, l] = 1
+            for tile in range(self.ntiles[b]):
+                tlo, thi = self.tile_range(b, tile, unit(a))
+                for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                    I = ti.Vector([i, j, l])
+                    lo, hi = I - unit(a), I
+                    self.valid[a][b, i, j, l] = 0
+                    if self.wgt[a][b, i, j, l] == 0.0:
+                        self.vel[a][b, i, j, l] = self.solid[a][b, i, j, l]
+                        self.valid[a][b, i, j, l] = 1
+                    elif self.liquid_id(b, lo) >= 0 or self.liquid_id(b, hi) >= 0:
+                        dp = self.cell_pressure(b, hi) - self.cell_pressure(b, lo)
+                        self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] - dp / self.dx
+                        self.valid[a][b, i, j, l] = 1
         return iters
 
     # ------------------------------------------------------------------ particles
@@ -661,16 +718,36 @@ class Flip3D:
     # ------------------------------------------------------------------ step
     @ti.func
     def update_box(self, b):
-        hi_c = ti.Vector([self.nx, self.ny, self.nz])
-        lo = hi_c
-        hi = ti.Vector([0, 0, 0])
+        """The active tiles: those within ``dilation`` tiles of a tile holding a particle."""
+        T = ti.Vector([self.tiles[0], self.tiles[1], self.tiles[2]])
+        tb = self.tile_box[b]
+        for i, j, l in ti.ndrange((tb[0], tb[1]), (tb[2], tb[3]), (tb[4], tb[5])):
+            self.tile_mark[b, i, j, l] = 0
+            self.tile_on[b, i, j, l] = 0
+        lo = T
+        hi = ti.Vector([-1, -1, -1])
+        last = ti.Vector([self.nx, self.ny, self.nz]) - 1
         for p in range(self.n[b]):
-            c = ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32)
+            c = ti.min(ti.max(ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32), 0), last) // TILE
+            self.tile_mark[b, c[0], c[1], c[2]] = 1
             lo = ti.min(lo, c)
             hi = ti.max(hi, c)
-        lo = ti.max(lo - self.pad, 0)
-        hi = ti.min(hi + 1 + self.pad, hi_c)
-        self.box[b] = ti.Vector([lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]])
+        D = self.dilation
+        lo = ti.max(lo - D, 0)
+        hi = ti.min(hi + 1 + D, T)
+        self.tile_box[b] = ti.Vector([lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]])
+        m = 0
+        for i, j, l in ti.ndrange((lo[0], hi[0]), (lo[1], hi[1]), (lo[2], hi[2])):
+            on = 0
+            for di, dj, dl in ti.ndrange((-D, D + 1), (-D, D + 1), (-D, D + 1)):
+                n = ti.Vector([i + di, j + dj, l + dl])
+                if on == 0 and (n >= 0).all() and (n < T).all():
+                    on = self.tile_mark[b, n[0], n[1], n[2]]
+            if on == 1:
+                self.tile_on[b, i, j, l] = 1
+                self.tile_list[b, m] = (i * T[1] + j) * T[2] + l
+                m += 1
+        self.ntiles[b] = m
 
     @ti.func
     def substep(self, b, t, dt):
@@ -711,9 +788,10 @@ class Flip3D:
         self.update_box(b)
         self.splat_density(b)
         vol = 0.0
-        i0, i1, j0, j1, k0, k1 = self.box[b]
-        for i, j, l in ti.ndrange((i0, i1), (j0, j1), (k0, k1)):
-            vol += ti.min(self.rho[b, i, j, l], 1.0)
+        for tile in range(self.ntiles[b]):
+            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+            for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
+                vol += ti.min(self.rho[b, i, j, l], 1.0)
         self.diagnostics[b, D_IN_FLIGHT] = in_flight
         self.diagnostics[b, D_SPILLED] = spilled
         self.diagnostics[b, D_AREA] = vol * self.dx ** 3
