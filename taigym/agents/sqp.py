@@ -30,6 +30,16 @@ from .base import Agent
 AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0, "warm_start": True}
 
 
+def make_agent(env, **cfg) -> Agent:
+    """``taigym.agents.make("sqp", env)``: this agent on Pour-v0, the joint-space one
+    (:class:`taigym.agents.sqp3d.SQP3DAgent`) on Pour3D-v0."""
+    if type(env.unwrapped).__name__ == "Pour3DEnv":
+        from .sqp3d import SQP3DAgent
+
+        return SQP3DAgent(env, **cfg)
+    return SQPAgent(env, **cfg)
+
+
 class SQPAgent(Agent):
     name = "sqp"
 

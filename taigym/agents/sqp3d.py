@@ -1,0 +1,207 @@
+"""``sqp`` on ``taigym/Pour3D-v0``: seed 000's planner in joint space (its appendix).
+
+``taigym.agents.make("sqp", env)`` on Pour3D-v0 builds this agent. At the first ``act`` of an
+episode it plans, then tracks the plan:
+
+1. The pour in the vertical plane through S and T (``task.plane()``): the 2D trust-region SQP
+   of :mod:`taigym.planners.sqp` on the task's cross-section (``task.section()``: S's and T's
+   cross-sections through their axes, the boxes where they meet the plane), with seed 000's
+   simplified liquid model on S's cross-section (``outflow="2d"``, the 2D tables and the
+   coefficients identified from 2D FLIP pours; see the README for how it compares with the 3D
+   outflow).
+2. The planned (x, y, theta) of every node mapped to S's pose (origin and axis in the robot
+   frame) and to joint angles by inverse kinematics (:func:`joint_trajectory`), node after
+   node from the start configuration, the arm approximated by spheres
+   (:class:`ArmSpheres`) kept ``clearance`` from the boxes, the counter and T in the IK's
+   null space, within the joint limits; the joint speeds between nodes are checked against
+   the Panda's.
+3. ``act``: the planned joint velocity at the end of the next step plus ``track_gain`` of the
+   predicted joint error (the env integrates joint angles by the trapezoid rule). The plan
+   ends ``drain_time`` s before the horizon; S then holds its last pose.
+
+Options: ``drain_time`` (s, default 1), ``clearance`` (m, 0.01), ``track_gain`` (0.5),
+``max_tilt_rate`` (rad per node, 0.08: the wrist's roll tilts S, 2.61 rad/s at most) and any
+field of :class:`taigym.planners.sqp.SQPConfig`. ``plan_time`` (s): the time of the last
+plan, 2D SQP and IK; ``plan2d``: the 2D plan; ``joints``: the joint trajectory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
+
+from .base import Agent
+
+AGENT_OPTIONS = {"drain_time": 1.0, "clearance": 0.01, "track_gain": 0.5, "max_tilt_rate": 0.08}
+# link frames along the arm, base to wrist: the links the IK's null space can move with S's pose
+# held. The flange, the hand and the fingers are fixed to S (the grasp): they stay within S's
+# cross-section's footprint in the plane, beside it (module docstring), and the env checks them
+LINK_CHAIN = (0, 2, 3, 4, 6)
+LINK_RADIUS = 0.06                          # m, the Panda's links
+HAND_LINKS = (8, 9, 10)                     # the hand and its fingers
+
+
+class ArmSpheres:
+    """The arm as spheres (seed 000's collision model): along the chain of link frames
+    :data:`LINK_CHAIN`, at most 8 cm apart, radius :data:`LINK_RADIUS`, against boxes given by
+    (centre, half extents, rotation) in the robot frame."""
+
+    def __init__(self, arm, boxes):
+        self.arm = arm
+        self.boxes = [(np.asarray(c, float), np.asarray(h, float), np.asarray(r, float)) for c, h, r in boxes]
+
+    def centres(self, q) -> tuple[np.ndarray, np.ndarray]:
+        p = self.arm.link_positions(q, LINK_CHAIN)
+        pts = []
+        for a, b in zip(p[:-1], p[1:]):
+            n = max(int(math.ceil(np.linalg.norm(b - a) / 0.08)), 1)
+            pts.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
+        pts = np.concatenate(pts)
+        return pts, np.full(len(pts), LINK_RADIUS)
+
+    def clearance(self, q) -> np.ndarray:
+        """(spheres,) distance (m) of each sphere's surface to the nearest box (< 0: inside)."""
+        c, r = self.centres(q)
+        d = np.full(len(c), np.inf)
+        for centre, half, rot in self.boxes:
+            e = np.abs((c - centre) @ rot) - half
+            d = np.minimum(d, np.linalg.norm(np.maximum(e, 0.0), axis=1) + np.minimum(e.max(1), 0.0))
+        return d - r
+
+
+def holder_circles(arm, q0: np.ndarray, task) -> tuple:
+    """The hand's footprint in S's cross-section frame (x, y, radius; m), for the 2D planner:
+    the bounding box of the hand and fingers (links :data:`HAND_LINKS`) at the start (S upright)
+    projected onto the pour plane, covered by circles as tall as it. The grasp is fixed, so
+    the footprint turns with S."""
+    pb = arm.pb
+    arm._set(q0)
+    origin, R, _ = task.plane()
+    corners = []
+    for link in HAND_LINKS:
+        lo, hi = pb.getAABB(arm.robot, link, physicsClientId=arm.client)
+        corners += [[a, b, c] for a in (lo[0], hi[0]) for b in (lo[1], hi[1]) for c in (lo[2], hi[2])]
+    loc = (np.array(corners) - np.asarray(task.source_position)) @ R       # S upright at the start
+    (x0, y0), (x1, y1) = loc[:, :2].min(0), loc[:, :2].max(0)
+    r = 0.5 * (y1 - y0)
+    xs = np.linspace(x0 + r, x1 - r, max(int(math.ceil((x1 - x0 - 2 * r) / r)), 1) + 1)
+    return tuple((float(x), 0.5 * (y0 + y1), r) for x in xs)
+
+
+def joint_trajectory(arm, poses: np.ndarray, q0: np.ndarray, spheres: ArmSpheres,
+                     clearance: float, qd_max: np.ndarray, dt: float) -> tuple[np.ndarray, dict]:
+    """Joint angles (N + 1, 7) holding S at ``poses`` ((N + 1, 2) origins... see below), node
+    after node from ``q0``: ``poses`` is a pair (origins (N + 1, 3), axes (N + 1, 3)) in the
+    robot frame. At each node the IK (:func:`taigym.envs.panda.container_ik`, seeded and
+    postured at the previous node's angles) is followed by null-space steps that push the
+    arm's spheres out to ``clearance`` from the boxes. Returns the angles and a report: the
+    worst IK error (m + rad), the smallest sphere clearance (m) and the largest joint speed
+    as a fraction of ``qd_max``."""
+    from taigym.envs.panda import JOINT_HIGH, JOINT_LOW, container_ik
+
+    origins, axes = poses
+    qs = [np.asarray(q0, float)]
+    worst_err, min_clear = 0.0, np.inf
+    for p, a in zip(origins[1:], axes[1:]):
+        q, err = container_ik(arm, p, a, qs[-1], posture=qs[-1], iterations=30)
+        q_plain, err_plain = q, err
+        for _ in range(10):                     # keep the spheres clear, S's pose fixed
+            d = spheres.clearance(q)
+            k = int(np.argmin(d))
+            if d[k] >= clearance:
+                break
+            grad = np.array([(spheres.clearance(q + 1e-4 * e)[k] - d[k]) / 1e-4 for e in np.eye(7)])
+            _, _, J = arm._kinematics(q, jacobian=True)
+            R_axis = np.eye(3) - np.outer(a, a)
+            Jt = np.vstack([J[:3], R_axis @ J[3:]])
+            null = np.eye(7) - np.linalg.pinv(Jt) @ Jt
+            g = null @ grad
+            if g @ grad < 1e-9:
+                break
+            step = g * (clearance - d[k]) / (g @ grad)
+            q = np.clip(q + step / max(1.0, np.abs(step).max() / 0.1), JOINT_LOW, JOINT_HIGH)
+            q, err = container_ik(arm, p, a, q, posture=q, iterations=10)
+        if err > max(2 * err_plain, 1e-3):      # the push cost S's pose: keep the plain IK
+            q, err = q_plain, err_plain
+        worst_err = max(worst_err, err)
+        min_clear = min(min_clear, float(spheres.clearance(q).min()))
+        qs.append(q)
+    qs = np.array(qs)
+    speed = float((np.abs(np.diff(qs, axis=0)) / dt / qd_max).max()) if len(qs) > 1 else 0.0
+    return qs, {"ik_error": worst_err, "sphere_clearance": min_clear, "joint_speed": speed}
+
+
+class SQP3DAgent(Agent):
+    name = "sqp"
+
+    def __init__(self, env, **cfg):
+        planner_fields = {f.name for f in dataclasses.fields(SQPConfig)}
+        unknown = set(cfg) - planner_fields - set(AGENT_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown sqp-agent option(s): {', '.join(sorted(unknown))}; accepted: "
+                             f"{', '.join(sorted(planner_fields | set(AGENT_OPTIONS)))}")
+        super().__init__(env, **{**AGENT_OPTIONS, **cfg})
+        from taigym.envs.panda import PandaArm
+        from taigym.envs.pour3d import MAX_JOINT_SPEED
+        from taigym.envs.transport3d_tasks import HOME
+
+        self.arm = PandaArm(HOME)                # the planner's model of the robot
+        self.qd_max = MAX_JOINT_SPEED
+        self.planner_cfg = {k: v for k, v in cfg.items() if k in planner_fields}
+        self.reset()
+
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        self._task, self.joints, self.plan2d, self.report = None, None, None, {}
+        self.plan_time, self._step = 0.0, 0
+
+    def plan(self, task, q0: np.ndarray) -> np.ndarray:
+        """Plan the pour of ``task`` from joint angles ``q0`` (module docstring, steps 1-2)."""
+        u = self.env.unwrapped
+        t0 = time.perf_counter()
+        dt, wall = u.dt, u.wall
+        origin, R, (L, H, D) = task.plane()
+        nodes = max(int(round((u.horizon - self.cfg["drain_time"]) / dt)), 10)
+        cfg = SQPConfig(**{"nodes": nodes, "dt": dt,
+                           "max_step": (0.025, 0.025, self.cfg["max_tilt_rate"]), **self.planner_cfg})
+        section = task.section(wall)
+        prob = dataclasses.replace(PourProblem.from_task(section, wall_thickness=wall, domain=(L, H)),
+                                   holder=holder_circles(self.arm, q0, task))
+        self.plan2d: PourPlan = plan_pour(prob, cfg)
+        x, y, th = self.plan2d.poses.T
+        origins = origin + np.column_stack([x, y, np.full_like(x, 0.5 * D)]) @ R.T
+        axes = np.column_stack([-np.sin(th), np.cos(th), np.zeros_like(th)]) @ R.T
+        # the arm against the boxes, the counter and T (its bounding box)
+        from taigym.envs.pour3d_tasks import COUNTER
+
+        boxes = [(b[:3], b[3:], np.eye(3)) for b in (COUNTER, *task.obstacles)]
+        t = section.target_shape(wall)
+        lo, hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
+        t_centre = origin + R @ [section.target_position[0], section.target_position[1] + 0.5 * (lo[1] + hi[1]), 0.5 * D]
+        boxes.append((t_centre, np.array([hi[0], 0.5 * (hi[1] - lo[1]), hi[0]]), R))
+        spheres = ArmSpheres(self.arm, boxes)
+        self.joints, self.report = joint_trajectory(self.arm, (origins, axes), q0, spheres,
+                                                    self.cfg["clearance"], self.qd_max, dt)
+        self.plan_time = time.perf_counter() - t0
+        self.report.update(sqp_status=self.plan2d.status, sqp_seconds=self.plan2d.wall_time)
+        self._task, self._step = task, 0
+        return self.joints
+
+    def act(self, obs, info: dict) -> np.ndarray:
+        u = self.env.unwrapped
+        q, qd = np.asarray(obs[:7], float), np.asarray(obs[7:14], float)
+        if self.joints is None or u.task is not self._task:
+            self.plan(u.task, q)
+        J, dt, k = self.joints, u.dt, self._step
+        n = min(k + 1, len(J) - 1)
+        # the planned velocity at node n (central differences; zero once the plan has ended)
+        v_ref = (J[min(n + 1, len(J) - 1)] - J[n - 1]) / (2 * dt) if k + 1 < len(J) - 1 else np.zeros(7)
+        predicted = q + 0.5 * (qd + v_ref) * dt
+        v = v_ref + self.cfg["track_gain"] * (J[n] - predicted) / dt
+        self._step += 1
+        return np.clip(v / self.qd_max, -1.0, 1.0).astype(np.float32)
