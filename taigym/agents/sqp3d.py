@@ -5,24 +5,29 @@ episode it plans, then tracks the plan:
 
 1. The pour in the vertical plane through S and T (``task.plane()``): the 2D trust-region SQP
    of :mod:`taigym.planners.sqp` on the task's cross-section (``task.section()``: S's and T's
-   cross-sections through their axes, the boxes where they meet the plane), with seed 000's
-   simplified liquid model on S's cross-section (``outflow="2d"``, the 2D tables and the
-   coefficients identified from 2D FLIP pours; see the README for how it compares with the 3D
-   outflow).
+   cross-sections through their axes, the boxes where they meet the plane, the hand's
+   footprint beside S as circles fixed to S, :func:`holder_circles`), with seed 000's
+   simplified liquid model on S's cross-section (the 2D tables and the coefficients identified
+   from 2D FLIP pours: ``scripts/outflow3d_check.py`` measures how they predict the 3D
+   outflow). The plan's poses are then checked against the 3D walls (S's revolved wall can
+   meet T's off the plane while the cross-sections keep their clearance); if they meet, the
+   SQP plans again from its plan with the clearance raised by the depth (at most 3 plans).
 2. The planned (x, y, theta) of every node mapped to S's pose (origin and axis in the robot
    frame) and to joint angles by inverse kinematics (:func:`joint_trajectory`), node after
    node from the start configuration, the arm approximated by spheres
-   (:class:`ArmSpheres`) kept ``clearance`` from the boxes, the counter and T in the IK's
+   (:class:`ArmSpheres`) kept ``arm_clearance`` from the boxes, the counter and T in the IK's
    null space, within the joint limits; the joint speeds between nodes are checked against
    the Panda's.
 3. ``act``: the planned joint velocity at the end of the next step plus ``track_gain`` of the
    predicted joint error (the env integrates joint angles by the trapezoid rule). The plan
    ends ``drain_time`` s before the horizon; S then holds its last pose.
 
-Options: ``drain_time`` (s, default 1), ``clearance`` (m, 0.01), ``track_gain`` (0.5),
+Options: ``drain_time`` (s, default 1), ``arm_clearance`` (m, 0.01), ``track_gain`` (0.5),
 ``max_tilt_rate`` (rad per node, 0.08: the wrist's roll tilts S, 2.61 rad/s at most) and any
-field of :class:`taigym.planners.sqp.SQPConfig`. ``plan_time`` (s): the time of the last
-plan, 2D SQP and IK; ``plan2d``: the 2D plan; ``joints``: the joint trajectory.
+field of :class:`taigym.planners.sqp.SQPConfig` (``time_limit`` default
+:data:`PLAN_TIME_LIMIT`, for all the plans). ``plan_time`` (s): the time of the last plan,
+2D SQP and IK; ``plan2d``: the 2D plan; ``joints``: the joint trajectory; ``report``: IK
+error, sphere clearance, joint speed, the SQP's status and the 3D check.
 """
 
 from __future__ import annotations
@@ -37,13 +42,16 @@ from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
 
 from .base import Agent
 
-AGENT_OPTIONS = {"drain_time": 1.0, "clearance": 0.01, "track_gain": 0.5, "max_tilt_rate": 0.08}
+AGENT_OPTIONS = {"drain_time": 1.0, "arm_clearance": 0.01, "track_gain": 0.5, "max_tilt_rate": 0.08}
 # link frames along the arm, base to wrist: the links the IK's null space can move with S's pose
-# held. The flange, the hand and the fingers are fixed to S (the grasp): they stay within S's
-# cross-section's footprint in the plane, beside it (module docstring), and the env checks them
+# held. The hand and the fingers are fixed to S (the grasp): the 2D planner keeps their footprint
+# (holder_circles) clear of the boxes instead
 LINK_CHAIN = (0, 2, 3, 4, 6)
 LINK_RADIUS = 0.06                          # m, the Panda's links
 HAND_LINKS = (8, 9, 10)                     # the hand and its fingers
+# s of wall time for the 2D SQP (SQPConfig.time_limit; the IK takes ~0.1 s more): under load 3-5
+# on 2 cores a hard eval task took 15 s to converge (8 s, Pour-v0's limit, left S in T's wall)
+PLAN_TIME_LIMIT = 25.0
 
 
 class ArmSpheres:
@@ -55,23 +63,19 @@ class ArmSpheres:
         self.arm = arm
         self.boxes = [(np.asarray(c, float), np.asarray(h, float), np.asarray(r, float)) for c, h, r in boxes]
 
-    def centres(self, q) -> tuple[np.ndarray, np.ndarray]:
-        p = self.arm.link_positions(q, LINK_CHAIN)
-        pts = []
-        for a, b in zip(p[:-1], p[1:]):
-            n = max(int(math.ceil(np.linalg.norm(b - a) / 0.08)), 1)
-            pts.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
-        pts = np.concatenate(pts)
-        return pts, np.full(len(pts), LINK_RADIUS)
+    def centres(self, q) -> np.ndarray:
+        from taigym.envs.pour import _densify
+
+        return _densify(self.arm.link_positions(q, LINK_CHAIN), 0.08)
 
     def clearance(self, q) -> np.ndarray:
         """(spheres,) distance (m) of each sphere's surface to the nearest box (< 0: inside)."""
-        c, r = self.centres(q)
+        c = self.centres(q)
         d = np.full(len(c), np.inf)
         for centre, half, rot in self.boxes:
             e = np.abs((c - centre) @ rot) - half
             d = np.minimum(d, np.linalg.norm(np.maximum(e, 0.0), axis=1) + np.minimum(e.max(1), 0.0))
-        return d - r
+        return d - LINK_RADIUS
 
 
 def holder_circles(arm, q0: np.ndarray, task) -> tuple:
@@ -95,11 +99,11 @@ def holder_circles(arm, q0: np.ndarray, task) -> tuple:
 
 def joint_trajectory(arm, poses: np.ndarray, q0: np.ndarray, spheres: ArmSpheres,
                      clearance: float, qd_max: np.ndarray, dt: float) -> tuple[np.ndarray, dict]:
-    """Joint angles (N + 1, 7) holding S at ``poses`` ((N + 1, 2) origins... see below), node
-    after node from ``q0``: ``poses`` is a pair (origins (N + 1, 3), axes (N + 1, 3)) in the
-    robot frame. At each node the IK (:func:`taigym.envs.panda.container_ik`, seeded and
-    postured at the previous node's angles) is followed by null-space steps that push the
-    arm's spheres out to ``clearance`` from the boxes. Returns the angles and a report: the
+    """Joint angles (N + 1, 7) holding S at ``poses`` = (origins (N + 1, 3), axes (N + 1, 3);
+    robot frame), node after node from ``q0`` (node 0's angles). At each node the IK
+    (:func:`taigym.envs.panda.container_ik`, seeded and postured at the previous node's angles)
+    is followed by null-space steps that push the arm's spheres out to ``clearance`` from the
+    boxes. Returns the angles and a report: the
     worst IK error (m + rad), the smallest sphere clearance (m) and the largest joint speed
     as a fraction of ``qd_max``."""
     from taigym.envs.panda import JOINT_HIGH, JOINT_LOW, container_ik
@@ -162,33 +166,46 @@ class SQP3DAgent(Agent):
 
     def plan(self, task, q0: np.ndarray) -> np.ndarray:
         """Plan the pour of ``task`` from joint angles ``q0`` (module docstring, steps 1-2)."""
+        from taigym.envs.pour3d import PlaneScene
+        from taigym.envs.pour3d_tasks import COUNTER
+
         u = self.env.unwrapped
         t0 = time.perf_counter()
         dt, wall = u.dt, u.wall
-        origin, R, (L, H, D) = task.plane()
+        scene = PlaneScene(task, wall)
+        origin, R, (L, H, D) = scene.origin, scene.R, scene.size
         nodes = max(int(round((u.horizon - self.cfg["drain_time"]) / dt)), 10)
-        cfg = SQPConfig(**{"nodes": nodes, "dt": dt,
+        cfg = SQPConfig(**{"nodes": nodes, "dt": dt, "time_limit": PLAN_TIME_LIMIT,
                            "max_step": (0.025, 0.025, self.cfg["max_tilt_rate"]), **self.planner_cfg})
-        section = task.section(wall)
-        prob = dataclasses.replace(PourProblem.from_task(section, wall_thickness=wall, domain=(L, H)),
+        prob = dataclasses.replace(PourProblem.from_task(scene.section, wall_thickness=wall, domain=(L, H)),
                                    holder=holder_circles(self.arm, q0, task))
-        self.plan2d: PourPlan = plan_pour(prob, cfg)
+        # S's revolved wall can meet T's off the plane while their cross-sections keep the
+        # clearance: check the plan in 3D and plan again, from it, with the clearance raised
+        # by the depth, within the time limit
+        init, depth = None, 0.0
+        for _ in range(3):
+            cfg = dataclasses.replace(cfg, clearance=cfg.clearance + depth,
+                                      time_limit=max(cfg.time_limit - (time.perf_counter() - t0), 2.0))
+            self.plan2d: PourPlan = plan_pour(prob, cfg, init=init)
+            depth = max(scene.penetration(np.array([x, y, 0.5 * D, 0.0, 0.0, th]))
+                        for x, y, th in self.plan2d.poses)
+            if depth <= 0.0:
+                break
+            init, depth = self.plan2d.poses, depth + 0.002
         x, y, th = self.plan2d.poses.T
         origins = origin + np.column_stack([x, y, np.full_like(x, 0.5 * D)]) @ R.T
         axes = np.column_stack([-np.sin(th), np.cos(th), np.zeros_like(th)]) @ R.T
         # the arm against the boxes, the counter and T (its bounding box)
-        from taigym.envs.pour3d_tasks import COUNTER
-
         boxes = [(b[:3], b[3:], np.eye(3)) for b in (COUNTER, *task.obstacles)]
-        t = section.target_shape(wall)
+        t = scene.target
         lo, hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
-        t_centre = origin + R @ [section.target_position[0], section.target_position[1] + 0.5 * (lo[1] + hi[1]), 0.5 * D]
+        t_centre = origin + R @ (scene.t_pose + [0.0, 0.5 * (lo[1] + hi[1]), 0.0])
         boxes.append((t_centre, np.array([hi[0], 0.5 * (hi[1] - lo[1]), hi[0]]), R))
-        spheres = ArmSpheres(self.arm, boxes)
-        self.joints, self.report = joint_trajectory(self.arm, (origins, axes), q0, spheres,
-                                                    self.cfg["clearance"], self.qd_max, dt)
+        self.joints, self.report = joint_trajectory(self.arm, (origins, axes), q0, ArmSpheres(self.arm, boxes),
+                                                    self.cfg["arm_clearance"], self.qd_max, dt)
         self.plan_time = time.perf_counter() - t0
-        self.report.update(sqp_status=self.plan2d.status, sqp_seconds=self.plan2d.wall_time)
+        self.report.update(sqp_status=self.plan2d.status, sqp_seconds=self.plan2d.wall_time,
+                           clearance=float(cfg.clearance), wall_depth_3d=float(depth))
         self._task, self._step = task, 0
         return self.joints
 

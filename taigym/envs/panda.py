@@ -21,6 +21,8 @@ HAND_LINK = 11                                    # panda_grasptarget
 # approach and 4 cm below it, so the fingers hold the container's wall near mid-height
 GRASP_OFFSET = np.array([-0.04, 0.0, 0.03])
 CONTAINER_WALL = 0.02                             # m, the held container's collision wall
+# robot axes (z up) -> simulator axes (y up): (x, y, z) -> (x, z, -y), a proper rotation
+TO_SIM = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
 
 
 class PandaArm:
@@ -45,8 +47,7 @@ class PandaArm:
         # the container's orientation in the hand: upright (its y axis along z) at the reference
         self.R_hand_container = np.eye(3)
         _, R_hand, _ = self._kinematics(reference)
-        to_sim = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
-        self.R_hand_container = R_hand.T @ to_sim.T
+        self.R_hand_container = R_hand.T @ TO_SIM.T
         # the collision cylinder's axis is its local z: turned onto the container's axis (its y)
         self._hand_cylinder = Rotation.from_matrix(
             self.R_hand_container @ Rotation.from_euler("x", -90, degrees=True).as_matrix()).as_quat().tolist()

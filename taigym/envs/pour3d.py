@@ -86,9 +86,10 @@ from scipy.spatial.transform import Rotation
 
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, _shape_features)
+                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
+from .transport3d_tasks import HOME
 
 CONTROL_DT = 0.05
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
@@ -111,14 +112,12 @@ def start_configuration(arm: PandaArm, task: Pour3DTask) -> tuple[np.ndarray, fl
     _, R, _ = task.plane()
     p = np.asarray(task.source_position)
     across = R[:, 2] if R[:, 2] @ [p[0], p[1], 0.0] >= 0 else -R[:, 2]
-    from .transport3d_tasks import HOME
-
     seed = HOME.copy()
     seed[0] = math.atan2(p[1], p[0])
     return container_ik(arm, p, (0.0, 0.0, 1.0), seed, approach=across, posture=seed, iterations=300)
 
 
-class _Scene:
+class PlaneScene:
     """A task's geometry in the plane's frame (the simulator's): S's wall as points (revolved
     chain points, radius ``r``) for the collision checks, T's pose and the boxes."""
 
@@ -129,13 +128,8 @@ class _Scene:
         self.section = sec
         self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
         self.boxes = task.obstacles_in_plane()
-        chain = np.asarray(self.source.walls)
         r = self.source.radius
-        pts = [chain[:1]]
-        for a, b in zip(chain[:-1], chain[1:]):
-            n = max(int(math.ceil(np.linalg.norm(b - a) / r)), 1)
-            pts.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
-        rz = np.concatenate(pts)
+        rz = _densify(np.asarray(self.source.walls), r)
         phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
         self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
@@ -201,7 +195,7 @@ class Pour3DEnv(gym.Env):
         self.task: Pour3DTask | None = None
         self.arm: PandaArm | None = None
         self.world = None
-        self.scene: _Scene | None = None
+        self.scene: PlaneScene | None = None
 
     @property
     def dt(self) -> float:
@@ -222,10 +216,8 @@ class Pour3DEnv(gym.Env):
         else:
             task = sample_task(self.np_random)
         if self.arm is None:
-            from .transport3d_tasks import HOME
-
             self.arm = PandaArm(HOME)         # S upright in the hand at HOME
-        scene = _Scene(task, self.wall)
+        scene = PlaneScene(task, self.wall)
         t = scene.target
         t_lo, t_hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
         t_centre = scene.origin + scene.R @ (scene.t_pose + [0.0, 0.5 * (t_lo[1] + t_hi[1]), 0.0])
@@ -246,7 +238,7 @@ class Pour3DEnv(gym.Env):
         self.info = self._info()
         return self._obs(), dict(self.info)
 
-    def _load_world(self, task: Pour3DTask, scene: _Scene, jitter: int) -> None:
+    def _load_world(self, task: Pour3DTask, scene: PlaneScene, jitter: int) -> None:
         from taigym.sim import Box3, World3D
 
         need = int(1.1 * task.source_shape(self.wall).liquid_volume(task.fill) / (0.5 * self.dx) ** 3) + 64

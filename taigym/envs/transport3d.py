@@ -74,7 +74,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from .panda import CONTAINER_WALL, PandaArm
+from .panda import CONTAINER_WALL, TO_SIM, PandaArm
 from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
@@ -83,8 +83,6 @@ from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT,
 CONTROL_DT = 0.05
 MAX_JOINT_SPEED = 2.0                             # rad/s
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
-# robot axes (z up) -> simulator axes (y up): (x, y, z) -> (x, z, -y), a proper rotation
-TO_SIM = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
 # m, the liquid grid: at 1 cm (7 cells across a cup) the slosh of a 0.5 m/s carry never spills;
 # 6.5 mm agrees with 5 mm on spill or not in 20 of 24 carries (the other 4 spill less), at 40 %
 # of its cost per step

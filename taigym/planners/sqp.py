@@ -22,7 +22,8 @@ parabola (in FLIP the thin jet's drag spreads the outflow between the two), so t
 for both ends is added with weight ``dribble_weight``: the planner keeps both ends of the
 outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
 scale), the tilt limit, and no collision: S's walls as circles against T's walls (moving with
-T), the obstacles' boxes, the floor and the scene's edges, each as an L1 penalty with a slack
+T), the obstacles' boxes, the floor and the scene's edges (and, if given, circles of what holds
+S, e.g. a robot's hand, against all but T), each as an L1 penalty with a slack
 per node and obstacle (TrajOpt's exact penalty, seed 000 §V).
 
 Each iteration linearises the residuals (Gauss-Newton; the pour residuals by finite differences
