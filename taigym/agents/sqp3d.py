@@ -41,6 +41,7 @@ import numpy as np
 from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
 
 from .base import Agent
+from .sqp import split_options
 
 AGENT_OPTIONS = {"drain_time": 1.0, "arm_clearance": 0.01, "track_gain": 0.5, "max_tilt_rate": 0.08}
 # link frames along the arm, base to wrist: the links the IK's null space can move with S's pose
@@ -144,11 +145,7 @@ class SQP3DAgent(Agent):
     name = "sqp"
 
     def __init__(self, env, **cfg):
-        planner_fields = {f.name for f in dataclasses.fields(SQPConfig)}
-        unknown = set(cfg) - planner_fields - set(AGENT_OPTIONS)
-        if unknown:
-            raise ValueError(f"unknown sqp-agent option(s): {', '.join(sorted(unknown))}; accepted: "
-                             f"{', '.join(sorted(planner_fields | set(AGENT_OPTIONS)))}")
+        self.planner_cfg = split_options(cfg, AGENT_OPTIONS)
         super().__init__(env, **{**AGENT_OPTIONS, **cfg})
         from taigym.envs.panda import PandaArm
         from taigym.envs.pour3d import MAX_JOINT_SPEED
@@ -156,7 +153,6 @@ class SQP3DAgent(Agent):
 
         self.arm = PandaArm(HOME)                # the planner's model of the robot
         self.qd_max = MAX_JOINT_SPEED
-        self.planner_cfg = {k: v for k, v in cfg.items() if k in planner_fields}
         self.reset()
 
     def reset(self, *, seed: int | None = None) -> None:
@@ -197,10 +193,8 @@ class SQP3DAgent(Agent):
         axes = np.column_stack([-np.sin(th), np.cos(th), np.zeros_like(th)]) @ R.T
         # the arm against the boxes, the counter and T (its bounding box)
         boxes = [(b[:3], b[3:], np.eye(3)) for b in (COUNTER, *task.obstacles)]
-        t = scene.target
-        lo, hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
-        t_centre = origin + R @ (scene.t_pose + [0.0, 0.5 * (lo[1] + hi[1]), 0.0])
-        boxes.append((t_centre, np.array([hi[0], 0.5 * (hi[1] - lo[1]), hi[0]]), R))
+        *t_centre, t_r, t_h = scene.target_cylinder()
+        boxes.append((t_centre, np.array([t_r, t_r, 0.5 * t_h]), np.eye(3)))
         self.joints, self.report = joint_trajectory(self.arm, (origins, axes), q0, ArmSpheres(self.arm, boxes),
                                                     self.cfg["arm_clearance"], self.qd_max, dt)
         self.plan_time = time.perf_counter() - t0

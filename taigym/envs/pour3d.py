@@ -135,6 +135,13 @@ class PlaneScene:
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
         self.r = r
 
+    def target_cylinder(self) -> tuple[float, ...]:
+        """T's solid as an upright cylinder (centre x, y, z (robot frame), outer radius, height), m."""
+        t = self.target
+        lo, hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
+        centre = self.origin + self.R @ (self.t_pose + [0.0, 0.5 * (lo[1] + hi[1]), 0.0])
+        return (*map(float, centre), float(hi[0]), float(hi[1] - lo[1]))
+
     def to_plane(self, p: np.ndarray) -> np.ndarray:
         return (np.asarray(p) - self.origin) @ self.R
 
@@ -194,7 +201,7 @@ class Pour3DEnv(gym.Env):
         self.max_steps = int(round(self.horizon / CONTROL_DT))
         self.task: Pour3DTask | None = None
         self.arm: PandaArm | None = None
-        self.world = None
+        self.world, self._capacity = None, 0
         self.scene: PlaneScene | None = None
 
     @property
@@ -218,11 +225,7 @@ class Pour3DEnv(gym.Env):
         if self.arm is None:
             self.arm = PandaArm(HOME)         # S upright in the hand at HOME
         scene = PlaneScene(task, self.wall)
-        t = scene.target
-        t_lo, t_hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
-        t_centre = scene.origin + scene.R @ (scene.t_pose + [0.0, 0.5 * (t_lo[1] + t_hi[1]), 0.0])
-        self.arm.set_obstacles([COUNTER, *task.obstacles],
-                               [(*t_centre, float(t_hi[0]), float(t_hi[1] - t_lo[1]))])
+        self.arm.set_obstacles([COUNTER, *task.obstacles], [scene.target_cylinder()])
         q, err = start_configuration(self.arm, task)
         if err > 1e-3 or self.arm.collides(q):
             raise ValueError(f"task not feasible: the arm cannot hold the source upright at "

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ._checks import bounded_float
-from .pour_tasks import MAX_VISCOSITY, PourTask, _params, _vector
+from .pour_tasks import MAX_VISCOSITY, PourTask, _params, _vector, task_from_dict, task_to_dict
 
 COUNTER_HEIGHT = 0.5                 #: m, the counter top above the arm's base
 #: the counter as a box (cx, cy, cz, hx, hy, hz), m: in front of the arm, down to its base
@@ -209,25 +209,11 @@ class Pour3DTask:
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
         """A JSON-ready dict that ``from_dict`` turns back into the task."""
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if k.endswith("_params"):
-                d[k] = {name: val for name, val in v}
-            elif k == "obstacles":
-                d[k] = [list(b) for b in v]
-            elif isinstance(v, tuple):
-                d[k] = list(v)
-        return d
+        return task_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> Pour3DTask:
-        if not isinstance(d, dict):
-            raise ValueError(f"from_dict needs a dict, got {type(d).__name__}")
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown Pour3DTask field(s): {', '.join(unknown)}")
-        kw = {k: tuple(sorted(dict(v).items())) if k.endswith("_params") else v for k, v in d.items()}
-        return cls(**kw)
+        return task_from_dict(cls, d)
 
 
 def as_task(value: Any) -> Pour3DTask:
