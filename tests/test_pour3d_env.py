@@ -21,7 +21,7 @@ def env():
 
 
 def test_check_env_and_fixed_disjoint_splits(env):
-    check_env(env.unwrapped, skip_render_check=True)
+    check_env(env.unwrapped)
     assert env.observation_space.shape == (OBS_SIZE,)
     train, ev = taigym.envs.tasks("pour3d", "train"), taigym.envs.tasks("pour3d", "eval")
     assert len(train) == 1000 and len(ev) == 100
@@ -90,6 +90,8 @@ def test_bad_input_is_named(env):
         Pour3DTask(fill=1.2)
     with pytest.raises(ValueError, match="source_container"):
         Pour3DTask(source_container="rect")
+    with pytest.raises(ValueError, match="target_width"):
+        Pour3DTask(target_width=0.13)                                   # wider than the domain holds
     with pytest.raises(ValueError, match="viscosity"):
         Pour3DTask(viscosity=-1.0)
     with pytest.raises(ValueError, match="source_position"):
@@ -100,6 +102,8 @@ def test_bad_input_is_named(env):
         gym.make("taigym/Pour3D-v0", dx=0.05)
     with pytest.raises(ValueError, match="horizon"):
         gym.make("taigym/Pour3D-v0", horizon=-1)
+    with pytest.raises(ValueError, match="fidelity"):
+        gym.make("taigym/Pour3D-v0", fidelity="simplified")
     with pytest.raises(ValueError, match="reset option"):
         env.reset(seed=0, options={"tsak": None})
     env.reset(seed=0, options={"task": seed000_scenes()["far"]})

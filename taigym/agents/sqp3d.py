@@ -84,13 +84,9 @@ def holder_circles(arm, q0: np.ndarray, task) -> tuple:
     the bounding box of the hand and fingers (links :data:`HAND_LINKS`) at the start (S upright)
     projected onto the pour plane, covered by circles as tall as it. The grasp is fixed, so
     the footprint turns with S."""
-    pb = arm.pb
-    arm._set(q0)
-    origin, R, _ = task.plane()
-    corners = []
-    for link in HAND_LINKS:
-        lo, hi = pb.getAABB(arm.robot, link, physicsClientId=arm.client)
-        corners += [[a, b, c] for a in (lo[0], hi[0]) for b in (lo[1], hi[1]) for c in (lo[2], hi[2])]
+    _, R, _ = task.plane()
+    corners = [[a, b, c] for lo, hi in arm.link_boxes(q0, HAND_LINKS)
+               for a in (lo[0], hi[0]) for b in (lo[1], hi[1]) for c in (lo[2], hi[2])]
     loc = (np.array(corners) - np.asarray(task.source_position)) @ R       # S upright at the start
     (x0, y0), (x1, y1) = loc[:, :2].min(0), loc[:, :2].max(0)
     r = 0.5 * (y1 - y0)
@@ -121,7 +117,7 @@ def joint_trajectory(arm, poses: np.ndarray, q0: np.ndarray, spheres: ArmSpheres
             if d[k] >= clearance:
                 break
             grad = np.array([(spheres.clearance(q + 1e-4 * e)[k] - d[k]) / 1e-4 for e in np.eye(7)])
-            _, _, J = arm._kinematics(q, jacobian=True)
+            J = arm.jacobian(q)
             R_axis = np.eye(3) - np.outer(a, a)
             Jt = np.vstack([J[:3], R_axis @ J[3:]])
             null = np.eye(7) - np.linalg.pinv(Jt) @ Jt

@@ -99,6 +99,12 @@ class PandaArm:
                                        physicsClientId=self.client)
         return np.array([s[4] for s in states])
 
+    def link_boxes(self, q, links) -> np.ndarray:
+        """(len(links), 2, 3) axis-aligned bounding boxes (lower, upper corner; m) of the links'
+        collision shapes at joints q."""
+        self._set(q)
+        return np.array([self.pb.getAABB(self.robot, k, physicsClientId=self.client) for k in links])
+
     def set_obstacles(self, boxes=(), cylinders=()) -> None:
         """The scene's solids: boxes (cx, cy, cz, hx, hy, hz) and upright cylinders (cx, cy, cz,
         radius, height; centre, m)."""

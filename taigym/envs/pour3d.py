@@ -71,7 +71,8 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 [0.005, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
-``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu").
+``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
+only one: no reduced 3D model yet).
 """
 
 from __future__ import annotations
@@ -177,13 +178,16 @@ class Pour3DEnv(gym.Env):
 
     def __init__(self, task_split: str | None = None, horizon: float = 5.0, dx: float = DEFAULT_DX,
                  render_mode: str | None = None, render_size=(320, 512), spill_penalty: float = 2.0,
-                 smoothness_penalty: float = 1e-3, arch: str = "cpu"):
+                 smoothness_penalty: float = 1e-3, arch: str = "cpu", fidelity: str = "particles"):
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
             raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
         if not (isinstance(dx, (int, float)) and 0.005 <= dx <= 0.012):
             raise ValueError(f"dx must be in [0.005, 0.012] m, got {dx!r}")
+        if fidelity != "particles":
+            raise ValueError(f"fidelity must be 'particles' (Pour3D-v0 has no reduced model yet), "
+                             f"got {fidelity!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
         size = tuple(render_size) if isinstance(render_size, (tuple, list)) else ()

@@ -49,6 +49,7 @@ MAX_OBSTACLES = 2
 BACK, FRONT = 0.16, 0.14             #: m, room behind S's start and beyond T's centre
 DOMAIN_HEIGHT = 0.5                  #: m, the liquid's domain above the counter
 DOMAIN_DEPTH = 0.18                  #: m, across the pour plane
+MAX_DIAMETER = 0.12                  #: m, widest container interior (walls up to 2.4 cm each side)
 MAX_LENGTH = 0.8                     #: m, the domain's length along the plane (2D Pour's width)
 #: m, T's wall stands this far above the counter (the simulator's check that a revolved container
 #: is inside its domain is conservative by the chord sag of its 16-gon outline)
@@ -123,8 +124,12 @@ class Pour3DTask:
         if not 0.1 <= span <= MAX_LENGTH - BACK - FRONT:
             raise ValueError(f"the horizontal distance from source_position to target_position must "
                              f"be in [0.1, {MAX_LENGTH - BACK - FRONT:g}] m, got {span:.3f}")
-        self.source_shape(0.01)       # the shapes' own checks (ValueError naming the parameter)
-        self.target_shape(0.01)
+        for role in ("source", "target"):    # the shapes' own checks name the parameter
+            widest = 2 * float(np.abs(getattr(self, f"{role}_section")(0.01).interior[:, 0]).max())
+            if widest > MAX_DIAMETER:
+                raise ValueError(f"{role}_width and {role}_params make the {role} {widest:.3f} m "
+                                 f"wide inside; at most {MAX_DIAMETER:g} m fits across the liquid's "
+                                 f"domain ({DOMAIN_DEPTH:g} m with the walls)")
         origin, R, (L, _, D) = self.plane()
         corners = origin[:2] + np.array([[a, b] for a in (0, L) for b in (0, D)]) @ R[:2, [0, 2]].T
         lo, hi = np.subtract(COUNTER[:2], COUNTER[3:5]), np.add(COUNTER[:2], COUNTER[3:5])
