@@ -174,16 +174,16 @@ class SQP3DAgent(Agent):
         # S's revolved wall can meet T's off the plane while their cross-sections keep the
         # clearance: check the plan in 3D and plan again, from it, with the clearance raised
         # by the depth, within the time limit
-        init, depth = None, 0.0
+        init, budget, clearance = None, cfg.time_limit, cfg.clearance
         for _ in range(3):
-            cfg = dataclasses.replace(cfg, clearance=cfg.clearance + depth,
-                                      time_limit=max(cfg.time_limit - (time.perf_counter() - t0), 2.0))
+            cfg = dataclasses.replace(cfg, clearance=clearance,
+                                      time_limit=max(budget - (time.perf_counter() - t0), 2.0))
             self.plan2d: PourPlan = plan_pour(prob, cfg, init=init)
             depth = max(scene.penetration(np.array([x, y, 0.5 * D, 0.0, 0.0, th]))
                         for x, y, th in self.plan2d.poses)
             if depth <= 0.0:
                 break
-            init, depth = self.plan2d.poses, depth + 0.002
+            init, clearance = self.plan2d.poses, clearance + depth + 0.002
         x, y, th = self.plan2d.poses.T
         origins = origin + np.column_stack([x, y, np.full_like(x, 0.5 * D)]) @ R.T
         axes = np.column_stack([-np.sin(th), np.cos(th), np.zeros_like(th)]) @ R.T
