@@ -17,7 +17,7 @@ from .base import Agent, evaluate, metrics_table, run_episode, summarise
 _REGISTRY = {
     "random": "taigym.agents.random:RandomAgent",
     "scripted": "taigym.agents.scripted:ScriptedAgent",
-    "sqp": "taigym.agents.sqp:SQPAgent",
+    "sqp": "taigym.agents.sqp:make_agent",
     "bc": "taigym.agents.bc:BCAgent",
     "dagger": "taigym.agents.dagger:DAggerAgent",
     "ppo": "taigym.agents.ppo:PPOAgent",

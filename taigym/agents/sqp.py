@@ -30,17 +30,33 @@ from .base import Agent
 AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0, "warm_start": True}
 
 
+def split_options(cfg: dict, agent_options: dict) -> dict:
+    """The fields of :class:`SQPConfig` in ``cfg``; ValueError naming any option that is neither
+    one nor in ``agent_options``."""
+    planner_fields = {f.name for f in dataclasses.fields(SQPConfig)}
+    unknown = set(cfg) - planner_fields - set(agent_options)
+    if unknown:
+        raise ValueError(f"unknown sqp-agent option(s): {', '.join(sorted(unknown))}; accepted: "
+                         f"{', '.join(sorted(planner_fields | set(agent_options)))}")
+    return {k: v for k, v in cfg.items() if k in planner_fields}
+
+
+def make_agent(env, **cfg) -> Agent:
+    """``taigym.agents.make("sqp", env)``: this agent on Pour-v0, the joint-space one
+    (:class:`taigym.agents.sqp3d.SQP3DAgent`) on Pour3D-v0."""
+    if type(env.unwrapped).__name__ == "Pour3DEnv":
+        from .sqp3d import SQP3DAgent
+
+        return SQP3DAgent(env, **cfg)
+    return SQPAgent(env, **cfg)
+
+
 class SQPAgent(Agent):
     name = "sqp"
 
     def __init__(self, env, **cfg):
-        planner_fields = {f.name for f in dataclasses.fields(SQPConfig)}
-        unknown = set(cfg) - planner_fields - set(AGENT_OPTIONS)
-        if unknown:
-            raise ValueError(f"unknown sqp-agent option(s): {', '.join(sorted(unknown))}; accepted: "
-                             f"{', '.join(sorted(planner_fields | set(AGENT_OPTIONS)))}")
+        self.planner_cfg = split_options(cfg, AGENT_OPTIONS)
         super().__init__(env, **{**AGENT_OPTIONS, **cfg})
-        self.planner_cfg = {k: v for k, v in cfg.items() if k in planner_fields}
         self.plan: PourPlan | None = None
         self._task = None
         self._step = 0

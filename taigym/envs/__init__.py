@@ -9,7 +9,6 @@ from __future__ import annotations
 import gymnasium as gym
 
 FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
-_AVAILABLE = ("pour", "transport", "transport3d", "multicontact")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -17,8 +16,6 @@ def tasks(family: str, split: str = "train") -> tuple:
     ``"eval"`` (100 tasks), disjoint and identical on every machine."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
-    if family not in _AVAILABLE:
-        raise NotImplementedError(f"the {family!r} family has no tasks yet (available: {', '.join(_AVAILABLE)})")
     if family == "transport":
         from .transport_tasks import transport_tasks
 
@@ -27,6 +24,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         from .transport3d_tasks import transport3d_tasks
 
         return transport3d_tasks(split)
+    if family == "pour3d":
+        from .pour3d_tasks import pour3d_tasks
+
+        return pour3d_tasks(split)
     if family == "multicontact":
         from .multicontact_tasks import multicontact_tasks
 
@@ -44,6 +45,8 @@ def _register() -> None:
         gym.register(id="taigym/Transport-v0", entry_point="taigym.envs.transport:TransportEnv")
     if "taigym/Transport3D-v0" not in gym.registry:
         gym.register(id="taigym/Transport3D-v0", entry_point="taigym.envs.transport3d:Transport3DEnv")
+    if "taigym/Pour3D-v0" not in gym.registry:
+        gym.register(id="taigym/Pour3D-v0", entry_point="taigym.envs.pour3d:Pour3DEnv")
     if "taigym/MultiContact-v0" not in gym.registry:
         gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
 

@@ -109,6 +109,33 @@ def _obstacles(value: Any) -> tuple[tuple[float, float, float, float], ...]:
     return tuple(tuple(row) for row in a.tolist())
 
 
+def task_to_dict(task) -> dict:
+    """A pour task (2D or 3D) as a JSON-ready dict: shape parameters as a dict, tuples as lists."""
+    d = dataclasses.asdict(task)
+    for k, v in d.items():
+        if k.endswith("_params"):
+            d[k] = {name: val for name, val in v}
+        elif k == "obstacles":
+            d[k] = [list(box) for box in v]
+        elif isinstance(v, tuple):
+            d[k] = list(v)
+    return d
+
+
+def task_from_dict(cls, d: dict):
+    """The task of class ``cls`` from its ``task_to_dict``; ValueError on unknown fields."""
+    if not isinstance(d, dict):
+        raise ValueError(f"from_dict needs a dict, got {type(d).__name__}")
+    unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    kw = {}
+    for k, v in d.items():
+        kw[k] = tuple(sorted(dict(v).items())) if k.endswith("_params") else \
+            v if k == "obstacles" else tuple(v) if isinstance(v, list) else v
+    return cls(**kw)
+
+
 def reflect(p0: float, v: float, t: float, lo: float, hi: float) -> tuple[float, float]:
     """Position and velocity at time t of a point starting at p0 with velocity v that bounces
     elastically between lo and hi (a triangle wave)."""
@@ -233,29 +260,11 @@ class PourTask:
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict:
         """A JSON-ready dict (lists and plain floats) that ``from_dict`` turns back into the task."""
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if k.endswith("_params"):
-                d[k] = {name: val for name, val in v}
-            elif k == "obstacles":
-                d[k] = [list(box) for box in v]
-            elif isinstance(v, tuple):
-                d[k] = list(v)
-        return d
+        return task_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "PourTask":
-        if not isinstance(d, dict):
-            raise ValueError(f"from_dict needs a dict, got {type(d).__name__}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown PourTask field(s): {', '.join(unknown)}")
-        kw = {}
-        for k, v in d.items():
-            kw[k] = tuple(sorted(dict(v).items())) if k.endswith("_params") else \
-                v if k == "obstacles" else tuple(v) if isinstance(v, list) else v
-        return cls(**kw)
+        return task_from_dict(cls, d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

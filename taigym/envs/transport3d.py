@@ -74,6 +74,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from .panda import CONTAINER_WALL, TO_SIM, PandaArm
 from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
@@ -82,84 +83,18 @@ from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT,
 CONTROL_DT = 0.05
 MAX_JOINT_SPEED = 2.0                             # rad/s
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
-HAND_LINK = 11                                    # panda_grasptarget
-# the container's origin in the hand (grasp-target) frame, whose x axis is up and z axis (the
-# approach) horizontal at HOME: 3 cm ahead of the fingers' centre along the approach and 4 cm
-# below it, so the fingers hold the container's wall near mid-height
-GRASP_OFFSET = np.array([-0.04, 0.0, 0.03])
-# robot axes (z up) -> simulator axes (y up): (x, y, z) -> (x, z, -y), a proper rotation
-TO_SIM = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, -1.0, 0.0]])
-CONTAINER_WALL = 0.02                             # m, two cells of the liquid grid
 # m, the liquid grid: at 1 cm (7 cells across a cup) the slosh of a 0.5 m/s carry never spills;
 # 6.5 mm agrees with 5 mm on spill or not in 20 of 24 carries (the other 4 spill less), at 40 %
 # of its cost per step
 DEFAULT_DX = 0.0065
 
 
-class PandaCarrier:
-    """The Panda holding the container, in its own pybullet DIRECT client: the container's pose
-    and Jacobian at joint angles q, and collisions with the task's boxes and the table."""
+class PandaCarrier(PandaArm):
+    """The Panda holding the container upright at :data:`HOME` (:class:`~taigym.envs.panda.PandaArm`),
+    with the transport tasks' inverse kinematics and feasibility checks."""
 
     def __init__(self):
-        import pybullet as pb
-        import pybullet_data
-
-        self.pb = pb
-        self.client = pb.connect(pb.DIRECT)
-        pb.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=self.client)
-        self.robot = pb.loadURDF("franka_panda/panda.urdf", useFixedBase=True,
-                                 physicsClientId=self.client)
-        table = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[2.0, 2.0, 0.05],
-                                        physicsClientId=self.client)
-        self.table = pb.createMultiBody(0, table, basePosition=[0, 0, -0.05], physicsClientId=self.client)
-        self._set_values = None
-        # the container's orientation in the hand: upright (its y axis along z) at HOME
-        self.R_hand_container = np.eye(3)
-        _, R_hand, _ = self._kinematics(HOME)
-        self.R_hand_container = R_hand.T @ TO_SIM.T
-        # the collision cylinder's axis is its local z: turned onto the container's axis (its y)
-        self._hand_cylinder = Rotation.from_matrix(
-            self.R_hand_container @ Rotation.from_euler("x", -90, degrees=True).as_matrix()).as_quat().tolist()
-        self.boxes: list[int] = []
-        self.cup = None
-        self._cup_size = None
-
-    def _set(self, q) -> None:
-        values = [[float(v)] for v in q[:7]]
-        if values != self._set_values:          # a pose, then its Jacobian: one reset
-            self.pb.resetJointStatesMultiDof(self.robot, range(7), values, physicsClientId=self.client)
-            self._set_values = values
-
-    def _kinematics(self, q, jacobian: bool = False):
-        """The container's origin, rotation matrix (container axes -> robot axes) and, if asked,
-        the (6, 7) Jacobian of the origin's velocity and the angular velocity, at joints q."""
-        self._set(q)
-        pb, c = self.pb, self.client
-        s = pb.getLinkState(self.robot, HAND_LINK, computeForwardKinematics=True, physicsClientId=c)
-        R_hand = np.array(pb.getMatrixFromQuaternion(s[5])).reshape(3, 3)
-        origin = np.array(s[4]) + R_hand @ GRASP_OFFSET
-        if not jacobian:
-            return origin, R_hand @ self.R_hand_container, None
-        # pybullet takes the point in the link's centre-of-mass frame, not its URDF frame
-        R_com = np.array(pb.getMatrixFromQuaternion(s[1])).reshape(3, 3)
-        local = R_com.T @ (origin - np.array(s[0]))
-        zeros = [0.0] * 9
-        lin, ang = pb.calculateJacobian(self.robot, HAND_LINK, local.tolist(), [*map(float, q[:7]), 0.04, 0.04],
-                                        zeros, zeros, physicsClientId=c)
-        J = np.vstack([np.array(lin)[:, :7], np.array(ang)[:, :7]])
-        return origin, R_hand @ self.R_hand_container, J
-
-    def container_pose(self, q) -> tuple[np.ndarray, np.ndarray]:
-        """(origin (3,), rotation matrix (3, 3): container axes -> robot axes) at joints q."""
-        return self._kinematics(q)[:2]
-
-    def container_velocity(self, q, qd) -> np.ndarray:
-        """(6,) linear velocity of the container's origin and angular velocity (robot axes)."""
-        return self.jacobian(q) @ np.asarray(qd, dtype=np.float64)
-
-    def jacobian(self, q) -> np.ndarray:
-        """(6, 7) Jacobian of the container origin's velocity and the angular velocity."""
-        return self._kinematics(q, jacobian=True)[2]
+        super().__init__(HOME)
 
     def upright_configuration_at(self, position, seed_q, iterations: int = 30) -> np.ndarray | None:
         """The configuration of the upright posture family (``transport3d_tasks.FAMILY``) that
@@ -180,39 +115,8 @@ class PandaCarrier:
         return None
 
     def set_scene(self, task: Transport3DTask) -> None:
-        pb, c = self.pb, self.client
-        for body in self.boxes:
-            pb.removeBody(body, physicsClientId=c)
-        self.boxes = []
-        for cx, cy, cz, hx, hy, hz in task.obstacles:
-            shape = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[hx, hy, hz], physicsClientId=c)
-            self.boxes.append(pb.createMultiBody(0, shape, basePosition=[cx, cy, cz], physicsClientId=c))
-        size = (task.top_radius + CONTAINER_WALL, task.height + CONTAINER_WALL)
-        if size != self._cup_size:
-            if self.cup is not None:
-                pb.removeBody(self.cup, physicsClientId=c)
-            shape = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=size[0], height=size[1],
-                                            physicsClientId=c)
-            self.cup, self._cup_size = pb.createMultiBody(0, shape, physicsClientId=c), size
-
-    def collides(self, q, margin: float = 0.0) -> bool:
-        """The arm (but its base, on the table) or the container comes within ``margin`` (m) of
-        a box or the table."""
-        pb, c = self.pb, self.client
-        origin, R = self.container_pose(q)
-        centre = origin + R[:, 1] * (0.5 * self._cup_size[1] - CONTAINER_WALL)
-        hand = pb.getLinkState(self.robot, HAND_LINK, physicsClientId=c)[5]
-        _, orientation = pb.multiplyTransforms([0, 0, 0], hand, [0, 0, 0], self._hand_cylinder)
-        pb.resetBasePositionAndOrientation(self.cup, centre.tolist(), orientation, physicsClientId=c)
-        for body in [*self.boxes, self.table]:
-            if pb.getClosestPoints(self.cup, body, margin, physicsClientId=c):
-                return True
-        for body in self.boxes:
-            if pb.getClosestPoints(self.robot, body, margin, physicsClientId=c):
-                return True
-        # the base and the first link stand on the table (field 3 of a contact: the robot's link)
-        return any(contact[3] >= 2 for contact in
-                   pb.getClosestPoints(self.robot, self.table, margin, physicsClientId=c))
+        self.set_obstacles(task.obstacles)
+        self.set_held(task.top_radius + CONTAINER_WALL, task.height + CONTAINER_WALL)
 
     def goal_configuration(self, task: Transport3DTask) -> np.ndarray | None:
         """Joint angles holding the container upright at the goal (the upright posture family),
@@ -227,11 +131,6 @@ class PandaCarrier:
             return False
         q = self.goal_configuration(task)
         return q is not None and not self.collides(q)
-
-    def close(self) -> None:
-        if self.client is not None:
-            self.pb.disconnect(self.client)
-            self.client = None
 
 
 def observation_bounds() -> tuple[np.ndarray, np.ndarray]:

@@ -37,12 +37,11 @@ from typing import Any
 import numpy as np
 
 from ._checks import bounded_float
+from .panda import JOINT_HIGH, JOINT_LOW
 
 MAX_OBSTACLES = 3                  #: obstacle slots of the observation
 MAX_TOP_RADIUS = 0.04              #: m, largest interior top radius the liquid grid holds
 MAX_HEIGHT = 0.09                  #: m, tallest container the liquid grid holds
-JOINT_LOW = np.array([-2.9671, -1.8326, -2.9671, -3.0718, -2.9671, -0.0175, -2.9671])
-JOINT_HIGH = np.array([2.9671, 1.8326, 2.9671, -0.0698, 2.9671, 3.7525, 2.9671])
 SPLIT_SIZES = {"train": 1000, "eval": 100}
 _SPLIT_SEEDS = {"train": (20261122, 0), "eval": (20261122, 1)}
 

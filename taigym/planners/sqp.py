@@ -22,7 +22,8 @@ parabola (in FLIP the thin jet's drag spreads the outflow between the two), so t
 for both ends is added with weight ``dribble_weight``: the planner keeps both ends of the
 outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
 scale), the tilt limit, and no collision: S's walls as circles against T's walls (moving with
-T), the obstacles' boxes, the floor and the scene's edges, each as an L1 penalty with a slack
+T), the obstacles' boxes, the floor and the scene's edges (and, if given, circles of what holds
+S, e.g. a robot's hand, against all but T), each as an L1 penalty with a slack
 per node and obstacle (TrajOpt's exact penalty, seed 000 §V).
 
 Each iteration linearises the residuals (Gauss-Newton; the pour residuals by finite differences
@@ -109,6 +110,9 @@ class PourProblem:
     #: the slosh state (``SimplifiedLiquid.surface``): the free surface's tilt (rad), its rate
     #: (rad/s) and the velocity (m/s, x, y) the liquid last moved with
     surface: tuple = (0.0, 0.0, 0.0, 0.0)
+    #: circles (x, y, radius; m, S's frame) of what holds S (a robot's hand, beside S in 3D):
+    #: kept clear of the boxes, the floor and the edges like S's walls, not of T
+    holder: tuple = ()
 
     @classmethod
     def from_task(cls, task, *, wall_thickness: float = 0.01, pose=None, velocity=None,
@@ -266,8 +270,10 @@ class _Collision:
         for a, b in zip(walls[:-1], walls[1:]):
             n = max(int(math.ceil(np.linalg.norm(b - a) / s.radius)), 1)
             pts.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
-        self.circles = np.concatenate(pts)              # S frame, radius s.radius each
-        self.radius = s.radius
+        holder = np.asarray(prob.holder, np.float64).reshape(-1, 3)
+        self.circles = np.concatenate(pts + [holder[:, :2]])          # S frame
+        self.radii = np.concatenate([np.full(len(self.circles) - len(holder), s.radius), holder[:, 2]])
+        self.n_holder = len(holder)
         self.prob, self.cfg = prob, cfg
         self.t_pos = prob.target_path(times[1:])        # T at every node (N, 2)
         W, H = prob.domain
@@ -308,14 +314,16 @@ class _Collision:
         rows = np.arange(N)
         eps = 1e-5
         for k in range(K):
-            d = self._sdf(k, pts, self.t_pos)
+            d = self._sdf(k, pts, self.t_pos) - self.radii
+            if k == 0 and self.n_holder:                # the holder is beside T, not over it
+                d[:, -self.n_holder:] = np.inf
             j = np.argmin(d, axis=1)
             p = pts[rows, j]                            # closest circle centre (N, 2)
             gx = (self._sdf(k, (p + (eps, 0))[:, None], self.t_pos)[:, 0] -
                   self._sdf(k, (p - (eps, 0))[:, None], self.t_pos)[:, 0]) / (2 * eps)
             gy = (self._sdf(k, (p + (0, eps))[:, None], self.t_pos)[:, 0] -
                   self._sdf(k, (p - (0, eps))[:, None], self.t_pos)[:, 0]) / (2 * eps)
-            dist[:, k] = d[rows, j] - self.radius - self.cfg.clearance
+            dist[:, k] = d[rows, j] - self.cfg.clearance
             # d p / d theta = (-(p_y - y), p_x - x)
             grad[:, k, 0] = gx
             grad[:, k, 1] = gy

@@ -1,0 +1,396 @@
+"""``taigym/Pour3D-v0``: a Franka Panda pours liquid from an axisymmetric source container S into
+a fixed target T on a counter, past box obstacles (seeds 000 and 004 in 3D).
+
+The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client,
+:class:`taigym.envs.panda.PandaArm`) holds S from the side, its hand's approach axis horizontal,
+so that rolling the wrist tilts S. The liquid is simulated by ``taigym.sim.World3D`` (FLIP) in a
+box around the vertical plane through S's start and T (``task.plane()``: 0.8 m along the
+plane, 0.5 m up from the counter, 0.18 m across; the box's edges are solid walls, the bottom
+one the counter): S moves kinematically with the hand, T and the boxes are static. Tasks:
+:mod:`taigym.envs.pour3d_tasks` (robot frame: z up, the arm's base at the origin, the counter
+top at z = 0.5 m).
+
+## Action space
+
+``Box(-1, 1, (7,), float32)``: the joint velocities at the end of the 0.05 s control step, as
+fractions of :data:`MAX_JOINT_SPEED` (the Panda's limits: 2.175 rad/s for joints 1-4, 2.61 for
+5-7). Over the step the velocities change linearly from the previous ones (joint angles by the
+trapezoid rule), as in Transport3D-v0. A step that would leave the joint limits stops the
+joints at them; a step that would bring the arm into a box, T or the counter, S's wall into
+T's wall, a box or the counter (deeper than it already is), or S out of the liquid's box is
+not taken: the arm stops where it was (``info["action_clipped"]``, ``info["collision"]``).
+
+## Observation space
+
+A float32 vector of 66 entries, every one bounded:
+
+| index | observation | unit |
+|-------|-------------|------|
+| 0-6 | joint angles | rad |
+| 7-13 | joint velocities | rad/s |
+| 14-16 | S's origin (centre of its inner bottom) | m |
+| 17-19 | S's axis (unit vector; (0, 0, 1) upright) | - |
+| 20-25 | S's velocity (origin; angular) | m/s, rad/s |
+| 26-28 | T's opening centre | m |
+| 29-31 | T's opening centre minus S's | m |
+| 32 | S's lean (its axis from vertical) | rad |
+| 33 | fill | - |
+| 34 | log10 viscosity (Pa s) | - |
+| 35 | time / horizon | - |
+| 36-37 | in_source, in_target (fractions of the liquid, as info) | - |
+| 38-44 | S: one-hot (oval, cup, frustum), width, height, 2 shape parameters (as Pour-v0) | m, - |
+| 45-51 | T: one-hot (rect, frustum, cup), width, height, 2 shape parameters | m, - |
+| 52-65 | 2 obstacle slots: present (0/1), centre x, y, z, half extents x, y, z (zeros if empty) | m |
+
+## Rewards
+
+Per step: the increase of ``in_target``, minus ``spill_penalty`` (default 2) times the increase
+of ``spilled``, minus ``smoothness_penalty`` (1e-3) times ``||a_t - a_{t-1}||^2``.
+
+## Episode end
+
+* Termination: S is empty (``in_source <= 0.02``) and the liquid has settled (``in_flight <=
+  0.005``), as Pour-v0.
+* Truncation: at ``horizon`` (default 5 s), or when the solver blows up
+  (``info["sim_unstable"]``).
+
+## Info (every step, including reset)
+
+``in_source``, ``in_target``, ``spilled``, ``in_flight`` (fractions of the initial liquid:
+outside both containers, liquid that moved slower than 5 cm/s over the step is spilled, else in
+flight), ``success`` (= ``is_success``: in_target >= 0.9 and spilled <= 0.05, as Pour-v0),
+``sim_unstable``, ``time`` (s), ``action_clipped``, ``collision``, ``source_position``,
+``source_axis``, ``lean``, ``plane_pose`` (S's pose (x, y, theta) in the pour plane's frame,
+the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0),
+``n_particles``.
+
+## Arguments
+
+``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or
+``reset(options={"task": ...})``), ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
+[0.005, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
+``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
+the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
+``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
+only one: no reduced 3D model yet).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from scipy.spatial.transform import Rotation
+
+from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik
+from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
+from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
+                           Pour3DTask, as_task, pour3d_tasks, sample_task)
+from .transport3d_tasks import HOME
+
+CONTROL_DT = 0.05
+MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
+DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
+OBS_SIZE = 52 + 7 * MAX_OBSTACLES
+SOURCE, TARGET = 0, 1                # body handles in the world; boxes after them
+PARKED = (-0.2, -0.2, -0.2, 0.0, 0.0, 0.0)    # an unused box slot: outside the domain
+MIN_CAPACITY = 16000                 # particles: S's liquid in most tasks at the default dx
+
+
+def wall_thickness(dx: float) -> float:
+    """Walls two cells thick at least (m), so liquid cannot cross them; 1 cm otherwise."""
+    return max(0.01, 2.0 * dx)
+
+
+def start_configuration(arm: PandaArm, task: Pour3DTask) -> tuple[np.ndarray, float]:
+    """Joint angles holding S upright at its start, the hand's approach across the pour plane
+    and pointing away from the arm's base (so that rolling the wrist tilts S in the plane);
+    returns (q, error) as :func:`taigym.envs.panda.container_ik`."""
+    _, R, _ = task.plane()
+    p = np.asarray(task.source_position)
+    across = R[:, 2] if R[:, 2] @ [p[0], p[1], 0.0] >= 0 else -R[:, 2]
+    seed = HOME.copy()
+    seed[0] = math.atan2(p[1], p[0])
+    return container_ik(arm, p, (0.0, 0.0, 1.0), seed, approach=across, posture=seed, iterations=300)
+
+
+class PlaneScene:
+    """A task's geometry in the plane's frame (the simulator's): S's wall as points (revolved
+    chain points, radius ``r``) for the collision checks, T's pose and the boxes."""
+
+    def __init__(self, task: Pour3DTask, wall: float):
+        self.origin, self.R, self.size = task.plane()
+        self.source, self.target = task.source_shape(wall), task.target_shape(wall)
+        sec = task.section(wall)
+        self.section = sec
+        self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
+        self.boxes = task.obstacles_in_plane()
+        r = self.source.radius
+        rz = _densify(np.asarray(self.source.walls), r)
+        phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
+        self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
+                                     np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
+        self.r = r
+
+    def target_cylinder(self) -> tuple[float, ...]:
+        """T's solid as an upright cylinder (centre x, y, z (robot frame), outer radius, height), m."""
+        t = self.target
+        lo, hi = np.asarray(t.walls).min(0) - t.radius, np.asarray(t.walls).max(0) + t.radius
+        centre = self.origin + self.R @ (self.t_pose + [0.0, 0.5 * (lo[1] + hi[1]), 0.0])
+        return (*map(float, centre), float(hi[0]), float(hi[1] - lo[1]))
+
+    def to_plane(self, p: np.ndarray) -> np.ndarray:
+        return (np.asarray(p) - self.origin) @ self.R
+
+    def sim_pose(self, origin: np.ndarray, R_container: np.ndarray) -> np.ndarray:
+        """S's pose (x, y, z, rotation vector) in the simulator from its robot-frame pose."""
+        return np.concatenate([self.to_plane(origin), Rotation.from_matrix(self.R.T @ R_container).as_rotvec()])
+
+    def penetration(self, pose: np.ndarray) -> float:
+        """How deep (m) S's wall at simulator ``pose`` reaches into T's wall, a box or the counter."""
+        p = self.wall_points @ Rotation.from_rotvec(pose[3:]).as_matrix().T + pose[:3]
+        d = [self.target.sdf(p - self.t_pose).min(), p[:, 1].min()]
+        for c, half, rot in self.boxes:
+            e = np.abs((p - c) @ rot) - half
+            d.append((np.linalg.norm(np.maximum(e, 0.0), axis=1) + np.minimum(e.max(1), 0.0)).min())
+        return max(0.0, self.r - min(d))
+
+
+def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
+    reach, v, w = 1.2, 3.0, 10.0
+    lo = [*JOINT_LOW, *-MAX_JOINT_SPEED, -reach, -reach, 0.0, -1, -1, -1, *[-v] * 3, *[-w] * 3,
+          -reach, -reach, 0.0, *[-2 * reach] * 3, 0.0, 0.0, -4.0, 0.0, 0.0, 0.0, *[0.0] * 14]
+    hi = [*JOINT_HIGH, *MAX_JOINT_SPEED, reach, reach, 1.6, 1, 1, 1, *[v] * 3, *[w] * 3,
+          reach, reach, 1.6, *[2 * reach] * 3, math.pi, 1.0, 0.0, 1.0, 1.0, 1.0,
+          *[1.0] * 3, 0.4, 0.4, 5.0, 5.0, *[1.0] * 3, 0.4, 0.4, 5.0, 5.0]
+    slot_lo, slot_hi = [0.0, -reach, -reach, 0.0, 0.0, 0.0, 0.0], [1.0, reach, reach, 1.6, 1.0, 1.0, 1.0]
+    return (np.array(lo + slot_lo * MAX_OBSTACLES, np.float32),
+            np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
+
+
+class Pour3DEnv(gym.Env):
+    __doc__ = __doc__
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+
+    def __init__(self, task_split: str | None = None, horizon: float = 5.0, dx: float = DEFAULT_DX,
+                 render_mode: str | None = None, render_size=(320, 512), spill_penalty: float = 2.0,
+                 smoothness_penalty: float = 1e-3, arch: str = "cpu", fidelity: str = "particles"):
+        if task_split not in (None, "train", "eval"):
+            raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
+            raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
+        if not (isinstance(dx, (int, float)) and 0.005 <= dx <= 0.012):
+            raise ValueError(f"dx must be in [0.005, 0.012] m, got {dx!r}")
+        if fidelity != "particles":
+            raise ValueError(f"fidelity must be 'particles' (Pour3D-v0 has no reduced model yet), "
+                             f"got {fidelity!r}")
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+        size = tuple(render_size) if isinstance(render_size, (tuple, list)) else ()
+        if len(size) != 2 or not all(isinstance(s, int) and 16 <= s <= 2048 for s in size):
+            raise ValueError(f"render_size must be (height, width) in pixels, 16-2048, got {render_size!r}")
+        for name, v in (("spill_penalty", spill_penalty), ("smoothness_penalty", smoothness_penalty)):
+            if not (isinstance(v, (int, float)) and 0 <= v < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        self.task_split, self.horizon, self.dx = task_split, float(horizon), float(dx)
+        self.render_mode, self.render_size, self.arch = render_mode, size, arch
+        self.spill_penalty, self.smoothness_penalty = float(spill_penalty), float(smoothness_penalty)
+        self.wall = wall_thickness(self.dx)
+        self.action_space = spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
+        self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
+        self.max_steps = int(round(self.horizon / CONTROL_DT))
+        self.task: Pour3DTask | None = None
+        self.arm: PandaArm | None = None
+        self.world, self._capacity = None, 0
+        self.scene: PlaneScene | None = None
+
+    @property
+    def dt(self) -> float:
+        return CONTROL_DT
+
+    # ------------------------------------------------------------------ episode
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        options = options or {}
+        unknown = set(options) - {"task"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s): {', '.join(sorted(unknown))}; accepted: task")
+        if options.get("task") is not None:
+            task = as_task(options["task"])
+        elif self.task_split is not None:
+            split = pour3d_tasks(self.task_split)
+            task = split[int(self.np_random.integers(len(split)))]
+        else:
+            task = sample_task(self.np_random)
+        if self.arm is None:
+            self.arm = PandaArm(HOME)         # S upright in the hand at HOME
+        scene = PlaneScene(task, self.wall)
+        self.arm.set_obstacles([COUNTER, *task.obstacles], [scene.target_cylinder()])
+        q, err = start_configuration(self.arm, task)
+        if err > 1e-3 or self.arm.collides(q):
+            raise ValueError(f"task not feasible: the arm cannot hold the source upright at "
+                             f"source_position {task.source_position} (out of its reach or in "
+                             f"collision; IK error {err:.3g})")
+        self.task, self.scene = task, scene
+        self.q, self.qd = q, np.zeros(7)
+        self._load_world(task, scene, int(self.np_random.integers(2 ** 31)))
+        self.steps, self.unstable, self.clipped, self.collision = 0, False, False, False
+        self.prev_action = np.zeros(7)
+        self.velocity = np.zeros(6)
+        self._read()
+        self.info = self._info()
+        return self._obs(), dict(self.info)
+
+    def _load_world(self, task: Pour3DTask, scene: PlaneScene, jitter: int) -> None:
+        from taigym.sim import Box3, World3D
+
+        need = int(1.1 * task.source_shape(self.wall).liquid_volume(task.fill) / (0.5 * self.dx) ** 3) + 64
+        capacity = max(MIN_CAPACITY, need)
+        pose = scene.sim_pose(*self.arm.container_pose(self.q))
+        t_pose = (*scene.t_pose, 0.0, 0.0, 0.0)
+        if self.world is None or self._capacity < need:
+            self._capacity = capacity
+            # ceil: the grid's cells are at most dx, so that walls of 2 dx are two cells thick
+            w = World3D(size=scene.size, cells=math.ceil(scene.size[0] / self.dx), viscosity=task.viscosity,
+                        arch=self.arch, max_particles=capacity, settle_speed=SETTLE_SPEED)
+            w.add_body(scene.source, pose)
+            w.add_body(scene.target, t_pose)
+            for _ in range(MAX_OBSTACLES):
+                w.add_body(Box3(0.01, 0.01, 0.01), PARKED)
+            self.world = w.build()
+        w = self.world
+        w.clear_liquid()
+        w.set_body(SOURCE, scene.source, pose)
+        w.set_body(TARGET, scene.target, t_pose)
+        for k in range(MAX_OBSTACLES):
+            if k < len(scene.boxes):
+                c, half, rot = scene.boxes[k]
+                w.set_body(2 + k, Box3(*(2 * half)), (*c, *Rotation.from_matrix(rot).as_rotvec()))
+            else:
+                w.set_body(2 + k, Box3(0.01, 0.01, 0.01), PARKED)
+        w.set_viscosity(task.viscosity)
+        w.reseed(jitter)
+        w.fill_body(SOURCE, task.fill)
+
+    def step(self, action):
+        if self.task is None:
+            raise RuntimeError("call reset() before step()")
+        a = np.asarray(action, dtype=np.float64).reshape(-1)
+        if a.shape != (7,) or not np.all(np.isfinite(a)):
+            raise ValueError(f"action must be 7 finite numbers in [-1, 1], got {action!r}")
+        a = np.clip(a, -1.0, 1.0)
+        qd1 = a * MAX_JOINT_SPEED
+        q1 = self.q + 0.5 * (self.qd + qd1) * CONTROL_DT
+        self.clipped = bool(np.any(q1 < JOINT_LOW) or np.any(q1 > JOINT_HIGH))
+        if self.clipped:                         # stop the joints at their limits
+            q1 = np.clip(q1, JOINT_LOW, JOINT_HIGH)
+            qd1 = np.where((q1 == JOINT_LOW) | (q1 == JOINT_HIGH), 0.0, qd1)
+        pose0 = self.pose
+        pose1 = self.scene.sim_pose(*self.arm.container_pose(q1))
+        self.collision = self._blocked(q1, pose0, pose1)
+        if self.collision:
+            q1, qd1, pose1 = self.q, np.zeros(7), pose0
+            self.clipped = True
+        R0 = Rotation.from_rotvec(pose0[3:])
+        vel = np.concatenate([(pose1[:3] - pose0[:3]) / CONTROL_DT,
+                              (Rotation.from_rotvec(pose1[3:]) * R0.inv()).as_rotvec() / CONTROL_DT])
+        prev = dict(self.info)
+        self.world.set_pose(SOURCE, pose0, vel)
+        self.world.advance(CONTROL_DT)
+        self.unstable = self.world.unstable
+        self.q, self.qd = q1, qd1
+        self.velocity = self.arm.container_velocity(q1, qd1)
+        self.steps += 1
+        self._read()
+        self.info = self._info()
+        da = a - self.prev_action
+        self.prev_action = a
+        reward = (self.info["in_target"] - prev["in_target"]
+                  - self.spill_penalty * (self.info["spilled"] - prev["spilled"])
+                  - self.smoothness_penalty * float(da @ da))
+        terminated = (not self.unstable and self.info["in_source"] <= EMPTY_FRACTION
+                      and self.info["in_flight"] <= SETTLED_FRACTION)
+        truncated = self.unstable or (not terminated and self.steps >= self.max_steps)
+        return self._obs(), float(reward), bool(terminated), bool(truncated), dict(self.info)
+
+    def _blocked(self, q1, pose0, pose1) -> bool:
+        """The move to q1 brings the arm into a solid (at mid-step or at its end), S's wall
+        deeper into a solid than it is, or S out of the liquid's box."""
+        if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
+            return True
+        if self.scene.penetration(pose1) > self.scene.penetration(pose0) + 1e-4:
+            return True
+        try:                                   # the world checks that S stays in its box
+            self.world.set_pose(SOURCE, pose1)
+        except ValueError:
+            return True
+        return False
+
+    # ------------------------------------------------------------------ features
+    def _read(self) -> None:
+        origin, R = self.arm.container_pose(self.q)
+        self.position, self.axis = origin, R[:, 1]
+        self.pose = self.scene.sim_pose(origin, R)
+        self.fractions = self.world.fractions()
+
+    def plane_pose(self) -> np.ndarray:
+        """S's (x, y, theta) in the pour plane (2D Pour convention)."""
+        a = self.scene.R.T @ self.axis
+        return np.array([self.pose[0], self.pose[1], math.atan2(-a[0], a[1])])
+
+    def _info(self) -> dict[str, Any]:
+        fr = self.fractions
+        in_s, in_t = float(fr["in"][SOURCE]), float(fr["in"][TARGET])
+        spilled, flight = float(fr["spilled"]), float(fr["in_flight"])
+        success = bool(in_t >= SUCCESS_IN_TARGET and spilled <= SUCCESS_MAX_SPILLED)
+        return {"in_source": in_s, "in_target": in_t, "spilled": spilled, "in_flight": flight,
+                "success": success, "is_success": success, "sim_unstable": bool(self.unstable),
+                "time": self.steps * CONTROL_DT, "action_clipped": self.clipped,
+                "collision": bool(self.collision), "source_position": self.position.copy(),
+                "source_axis": self.axis.copy(), "lean": self._lean(),
+                "plane_pose": self.plane_pose(), "n_particles": self.world.particle_count()}
+
+    def _lean(self) -> float:
+        return float(math.acos(np.clip(self.axis[2], -1.0, 1.0)))
+
+    def _obs(self) -> np.ndarray:
+        t, sc = self.task, self.scene
+        t_open = sc.origin + sc.R @ (sc.t_pose + [0.0, t.target_height, 0.0])
+        s_open = self.position + self.axis * t.source_height
+        s_feat = _shape_features(sc.section.source_shape(self.wall))
+        t_feat = _shape_features(sc.section.target_shape(self.wall))
+        s_hot = [float(t.source_container == s) for s in SOURCE_SHAPES]
+        t_hot = [float(t.target_container == s) for s in TARGET_SHAPES]
+        head = [*self.q, *self.qd, *self.position, *self.axis, *self.velocity, *t_open, *(t_open - s_open),
+                self._lean(), t.fill, math.log10(max(t.viscosity, 1e-4)), self.steps * CONTROL_DT / self.horizon,
+                float(self.fractions["in"][SOURCE]), float(self.fractions["in"][TARGET]),
+                *s_hot, *s_feat[4:], *t_hot, *t_feat[4:]]
+        slots = np.zeros((MAX_OBSTACLES, 7))
+        for k, b in enumerate(t.obstacles):
+            slots[k] = (1.0, *b)
+        obs = np.concatenate([np.asarray(head), slots.ravel()])
+        return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
+
+    # ------------------------------------------------------------------ rendering
+    def render(self):
+        if self.render_mode != "rgb_array" or self.task is None:
+            return None
+        from .render import SOURCE_COLOUR, TARGET_COLOUR, render_scene
+
+        sc = self.scene
+        links = sc.to_plane(self.arm.link_positions(self.q, range(HAND_LINK + 1)))[:, :2]
+        w = self.world
+        return render_scene(self.render_size, sc.size[:2],
+                            [(sc.section.source_shape(self.wall), self.plane_pose(), SOURCE_COLOUR),
+                             (sc.section.target_shape(self.wall), (*sc.t_pose[:2], 0.0), TARGET_COLOUR)],
+                            w.positions()[:, :2], w.velocities()[:, :2], particle_size=0.5 * self.dx,
+                            polylines=[(links, (120, 120, 120))], boxes=sc.section.obstacles)
+
+    def close(self):
+        if self.arm is not None:
+            self.arm.close()
+            self.arm = None
