@@ -64,8 +64,9 @@ def main() -> None:
                              wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"],
                              events=[e for _, e in agent.events]))
             r = rows[-1]
-            print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  checked={r['checked']} success={r['success']} fell={r['fell']} "
-                  f"t={r['sim_seconds']:5.1f} s  goal distance {r['goal_distance']:.2f} m  {', '.join(r['events'])}",
+            print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  checked={r['checked']} "
+                  f"success={r['success']} fell={r['fell']} t={r['sim_seconds']:5.1f} s  "
+                  f"goal distance {r['goal_distance']:.2f} m  {', '.join(r['events'])}",
                   flush=True)
     print("\n| family | tasks | planned | planned and checked | success | mean planning time, s |")
     print("|---|---|---|---|---|---|")
@@ -77,7 +78,8 @@ def main() -> None:
                         "success": sum(r["success"] for r in rs),
                         "mean_plan_seconds": float(np.mean([r["plan_seconds"] for r in rs])) if rs else 0.0}
         s = summary[fam]
-        print(f"| {fam} | {s['tasks']} | {s['planned']} | {s['checked']} | {s['success']} | {s['mean_plan_seconds']:.1f} |")
+        print(f"| {fam} | {s['tasks']} | {s['planned']} | {s['checked']} | {s['success']} "
+              f"| {s['mean_plan_seconds']:.1f} |")
     n = len(rows)
     print(json.dumps({"tasks": n, "success_rate": sum(r["success"] for r in rows) / max(n, 1),
                       "planned_rate": sum(r["plan"] == "solved" for r in rows) / max(n, 1),
