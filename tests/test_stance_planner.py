@@ -96,7 +96,7 @@ def test_com_target_balances_the_yaw_moment_of_a_rail_hand():
     """On a 34 deg slope (steeper than a sole's friction cone) a single sole needs the rail hand
     to pull it uphill; beside the sole, that pull twists the body about the vertical, which the
     sole's friction alone holds only if the hand carries much of the weight. Stage 1's CoM target
-    must account for it: stage 3, the full equilibrium at that CoM, then has forces."""
+    must account for it (stage 3's full equilibrium does): not over the sole but towards the hand."""
     task = MultiContactTask(family="slope", start=0.42, size=0.6)
     model = st.StanceModel(task)
     try:
