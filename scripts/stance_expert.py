@@ -2,7 +2,10 @@
 on ``taigym/MultiContact-v0`` eval tasks: per-family success (goal reached without a fall) and
 planning time, and a video of the first successful climb.
 
-    python scripts/stance_expert.py [--per-family N] [--video out.mp4]
+    python scripts/stance_expert.py [--per-family N] [--video out.mp4] [--check]
+
+``--check`` also verifies every stance of each plan with ``taigym.planners.stance.check_step``
+(the planner's must-show figure, "found and checked", from the same plans).
 
 The env runs with torque control at a 1/60 s control step (the QP controller's torques; the
 default PD mode is not what these figures measure). Ends with one JSON line.
@@ -21,6 +24,7 @@ import numpy as np
 
 import taigym
 from taigym.envs.multicontact_tasks import FAMILIES
+from taigym.planners.stance import check_step
 
 
 def main() -> None:
@@ -29,6 +33,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0, help="planning budget per task, s")
     ap.add_argument("--video", default="stance_climb.mp4", help="where to write the climb video")
     ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--check", action="store_true", help="check every planned stance independently")
     args = ap.parse_args()
     env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1.0 / 60.0, render_mode="rgb_array",
                    render_size=(240, 320))
@@ -41,6 +46,7 @@ def main() -> None:
             obs, info = env.reset(seed=i, options={"task": task})
             agent.reset(seed=i)
             plan_s = time.perf_counter() - t0
+            checked = agent.plan.solved and (not args.check or not any(check_step(task, s) for s in agent.plan.steps))
             frames = [env.render()] if not video_written else None
             done, steps = False, 0
             while not done:
@@ -53,27 +59,31 @@ def main() -> None:
                 imageio.mimwrite(tmp, frames, fps=10)
                 os.replace(tmp, args.video)
                 video_written = True
-            rows.append(dict(family=fam, index=i, plan=agent.plan.status, plan_seconds=plan_s,
+            rows.append(dict(family=fam, index=i, plan=agent.plan.status, plan_seconds=plan_s, checked=checked,
                              success=bool(info["success"]), fell=bool(info["fell"]), sim_seconds=info["time"],
                              wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"],
                              events=[e for _, e in agent.events]))
             r = rows[-1]
-            print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  success={r['success']} fell={r['fell']} "
-                  f"t={r['sim_seconds']:5.1f} s  goal distance {r['goal_distance']:.2f} m  {', '.join(r['events'])}",
+            print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {plan_s:5.1f} s  checked={r['checked']} "
+                  f"success={r['success']} fell={r['fell']} t={r['sim_seconds']:5.1f} s  "
+                  f"goal distance {r['goal_distance']:.2f} m  {', '.join(r['events'])}",
                   flush=True)
-    print("\n| family | tasks | planned | success | mean planning time, s |")
-    print("|---|---|---|---|---|")
+    print("\n| family | tasks | planned | planned and checked | success | mean planning time, s |")
+    print("|---|---|---|---|---|---|")
     summary = {}
     for fam in args.families.split(","):
         rs = [r for r in rows if r["family"] == fam]
         summary[fam] = {"tasks": len(rs), "planned": sum(r["plan"] == "solved" for r in rs),
+                        "checked": sum(r["checked"] for r in rs) if args.check else None,
                         "success": sum(r["success"] for r in rs),
                         "mean_plan_seconds": float(np.mean([r["plan_seconds"] for r in rs])) if rs else 0.0}
         s = summary[fam]
-        print(f"| {fam} | {s['tasks']} | {s['planned']} | {s['success']} | {s['mean_plan_seconds']:.1f} |")
+        print(f"| {fam} | {s['tasks']} | {s['planned']} | {s['checked']} | {s['success']} "
+              f"| {s['mean_plan_seconds']:.1f} |")
     n = len(rows)
     print(json.dumps({"tasks": n, "success_rate": sum(r["success"] for r in rows) / max(n, 1),
                       "planned_rate": sum(r["plan"] == "solved" for r in rows) / max(n, 1),
+                      "checked_rate": sum(r["checked"] for r in rows) / max(n, 1) if args.check else None,
                       "video": args.video if video_written else None, "per_family": summary}))
 
 

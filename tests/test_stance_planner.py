@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+import taigym
 from taigym.envs.multicontact_tasks import MultiContactTask
 from taigym.planners import stance as st
 
@@ -89,3 +90,31 @@ def test_ladder_stances_keep_the_hands_on_the_robots_side_of_the_rungs():
         assert solved >= 2
     finally:
         model.close()
+
+
+def test_com_target_balances_the_yaw_moment_of_a_rail_hand():
+    """On a 34 deg slope (steeper than a sole's friction cone) a single sole needs the rail hand
+    to pull it uphill; beside the sole, that pull twists the body about the vertical, which the
+    sole's friction alone holds only if the hand carries much of the weight. Stage 1's CoM target
+    must account for it (stage 3's full equilibrium does): not over the sole but towards the hand."""
+    task = MultiContactTask(family="slope", start=0.42, size=0.6)
+    model = st.StanceModel(task)
+    try:
+        support = (st.Contact("left_foot", "slope", 0.55), st.Contact("left_hand", "rail", 0.32))
+        foot = model.target(support[0])[0]
+        com = st.com_target(model, support, model.robot.total_mass, foot[:2])
+        assert com is not None
+        # over the sole the twist cannot be held: the CoM target moves towards the rail hand
+        assert com[1] > foot[1] + 0.1
+    finally:
+        model.close()
+
+
+@pytest.mark.slow
+def test_planner_climbs_a_steep_slope():
+    """A 34 deg eval slope (beyond a sole's friction cone): a checked plan within 60 s."""
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
+    assert task.size > np.radians(34)
+    plan = st.plan(task, time_limit=60.0)
+    assert plan.solved
+    assert all(st.check_step(task, s) == [] for s in plan.steps)

@@ -15,7 +15,9 @@ family            scene (sampled ranges)
                   gap and the wall
 ``slope``         a slope of 28-36 deg (friction 0.55, i.e. steeper than the friction cone of a
                   foot alone, 28.8 deg, in most tasks) starting 0.3-0.5 m ahead, with a handrail
-                  0.85 m above it on the left; goal 0.8-1.2 m up the slope
+                  0.85 m above it on the left; goal 0.8-1.2 m up the slope. The right hand may
+                  lean on the slope: on one sole and the rail hand, the hand's uphill pull beside
+                  the sole twists the body, which one sole's friction barely holds
 ``ladder``        a ladder inclined at 65-75 deg, rungs (r = 2 cm) every 0.25-0.30 m from one
                   rung-spacing up; goal: the feet on the third rung
 ================  =============================================================================
@@ -202,7 +204,7 @@ class MultiContactTask:
             t = (math.cos(a), 0.0, math.sin(a))
             n = (-math.sin(a), 0.0, math.cos(a))
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.05), FLOOR_FRICTION, feet))
-            out.append(Surface("slope", "plane", (s, 0, 0), t, n, (0.05, 1.9), SLOPE_FRICTION, feet))
+            out.append(Surface("slope", "plane", (s, 0, 0), t, n, (0.05, 1.9), SLOPE_FRICTION, feet + ("right_hand",)))
             out.append(Surface("rail", "bar", (s, RAIL_Y, 0.85), t, up, (-1.0, 2.0), FLOOR_FRICTION, left,
                                lateral=False))
         else:
