@@ -294,3 +294,36 @@ def test_ignored_observation_entries_do_not_move_the_policy(tmp_path):
     assert not np.allclose(policy(torch.as_tensor(obs[None])).detach(), policy(torch.as_tensor(other[None])).detach())
     with pytest.raises(ValueError, match="ignore_obs"):
         MLPPolicy(env.observation_space.shape[0], 3, [16], ignore_obs=[10_000])
+
+
+def test_target_path_features_predict_where_t_will_be(tmp_path):
+    """features='target_path' (auto on Pour-v0): from one observation, T's opening relative to
+    S's opening after each relative lookahead time is where the env puts it while S holds still,
+    across T's bounce off its box; the policy's inputs carry them, also after save/load."""
+    from taigym.agents import features
+    from taigym.agents.policy import MLPPolicy
+
+    env = make_env()
+    spec = features.resolve("auto", env)
+    assert spec["kind"] == "target_path"
+    task = taigym.envs.tasks("pour", split="train")[1]          # T bounces off x_hi after ~0.45 s
+    obs, _ = env.reset(seed=0, options={"task": task})
+    extra = features.featurize(obs, spec)[len(obs):]
+    n = len(features.RELATIVE_LOOKAHEAD) + len(features.ABSOLUTE_LOOKAHEAD)
+    rel_x, rel_y, vx = extra[:n], extra[n:2 * n], extra[2 * n:]
+    assert np.ptp(np.sign(vx[:len(features.RELATIVE_LOOKAHEAD)])) == 2     # the lookaheads span a bounce
+    steps = 0
+    for k, tau in enumerate(features.RELATIVE_LOOKAHEAD):
+        while steps * 0.05 < tau - 1e-9:
+            obs, *_ = env.step(np.zeros(3, np.float32))
+            steps += 1
+        np.testing.assert_allclose(obs[10:12], [rel_x[k], rel_y[k]], atol=1e-5)
+        assert vx[k] == pytest.approx(obs[8], abs=1e-6)
+    policy = MLPPolicy(len(obs), 3, [8], features=spec)
+    assert policy.in_dim == len(obs) + features.extra_dim(spec)
+    policy.set_normalisation(policy.featurize(np.stack([obs, obs + 0.01])))
+    agent = PolicyAgent(env, policy=policy)
+    agent.save(tmp_path / "p.pt")
+    again = PolicyAgent.load(tmp_path / "p.pt", env)
+    assert again.policy.features == spec
+    np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None])[0], atol=1e-5)

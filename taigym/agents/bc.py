@@ -43,6 +43,8 @@ patience           20         early stopping patience (epochs)
 val_fraction       0.1        fraction of episodes held out for early stopping
 seed               0          seeds initialisation, split and minibatch order
 threads            1          torch threads while training
+features           "auto"     input features (:mod:`taigym.agents.features`): target_path on
+                              Pour-v0 (T's predicted path relative to S), else none
 checkpoint_every   10         epochs between checkpoints
 eval_episodes      10         validation rollouts at the end (last train-split tasks; 0: none)
 progress           True       progress bars
@@ -57,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .features import resolve
 from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
     torch_load, torch_save_atomic
 
@@ -182,7 +185,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     stats["labels"] = int(len(labels))
 
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=resolve(cfg["features"], env))
     fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"])
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0

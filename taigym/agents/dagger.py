@@ -32,7 +32,7 @@ Everything is seeded, so a resumed run equals an uninterrupted one.
 
 Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``lr``,
 ``weight_decay``, ``batch_size``, ``max_epochs`` (per round), ``patience``, ``val_fraction``,
-``seed``, ``threads``), ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None),
+``seed``, ``threads``, ``features``), ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None),
 ``dataset_root`` (None), ``demo_episodes`` (10), ``success_only`` (True, round 0),
 ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
 ``relabel`` ("none"), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from .bc import build_expert, env_for, load_demos, rollout_metrics, train_tasks, validation_tasks
+from .features import resolve
 from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
     torch_load, torch_save_atomic
 
@@ -110,7 +111,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     if state is not None and state.get("agent") != "dagger":
         raise ValueError(f"{ckpt} belongs to another run (agent {state.get('agent')!r}); use a new run_dir")
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=resolve(cfg["features"], env))
     history: list[dict] = []
     best = {"round": -1, "score": (-1.0, -1.0), "state": None}
     counters = {"labels_queried": demo_stats["labels_queried"], "expert_plans": 0,

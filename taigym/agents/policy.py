@@ -1,8 +1,10 @@
 """A small deterministic MLP policy (torch, CPU) with observation normalisation, shared by
 ``bc`` and ``dagger``.
 
-* :class:`MLPPolicy`: ``obs -> mask * (obs - mean) / std -> [Linear, ReLU] x len(hidden) ->
-  Linear``; the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are
+* :class:`MLPPolicy`: ``obs -> features -> mask * (x - mean) / std -> [Linear, ReLU] x
+  len(hidden) -> Linear``; the features (:mod:`taigym.agents.features`, NumPy, applied by
+  :meth:`MLPPolicy.featurize` before the torch forward pass) append T's predicted path
+  relative to S on Pour-v0; the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are
   buffers (saved with the weights). Ignoring S's velocity and the older heightfield frames
   keeps a cloned policy from copying its own last action from them (the "copycat" shortcut:
   a low validation loss and a policy that drifts in closed loop). Actions are regressed
@@ -33,6 +35,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from . import features as _features
 from .base import Agent
 
 #: hyperparameters of the network and of :func:`fit` (shared by ``bc`` and ``dagger``)
@@ -47,6 +50,7 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
     val_fraction=0.1,       # fraction of the episodes held out for early stopping
     seed=0,                 # seeds the initialisation, the split and the minibatch order
     threads=1,              # torch intra-op threads while training (the machine is shared)
+    features="auto",        # input features (taigym.agents.features): auto | target_path | none
 )
 
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -98,28 +102,38 @@ def torch_load(path: str | Path):
 
 
 class MLPPolicy(nn.Module):
-    """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``."""
+    """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``.
+    ``obs_dim`` is the env's observation size; ``features`` a spec of
+    :mod:`taigym.agents.features` (None: the observation alone). :meth:`forward` takes
+    featurized inputs (``in_dim`` entries): call :meth:`featurize` on observations first."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=()):
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=(), features: dict | None = None):
         super().__init__()
         ignore = [int(i) for i in ignore_obs]
         if any(not 0 <= i < int(obs_dim) for i in ignore):
             raise ValueError(f"ignore_obs must hold indices in [0, {int(obs_dim) - 1}], got {list(ignore_obs)}")
         self.obs_dim, self.act_dim, self.hidden = int(obs_dim), int(act_dim), [int(h) for h in hidden]
+        self.features = dict(features or {"kind": "none"})
+        self.in_dim = self.obs_dim + _features.extra_dim(self.features)
         layers: list[nn.Module] = []
-        last = self.obs_dim
+        last = self.in_dim
         for h in self.hidden:
             layers += [nn.Linear(last, h), nn.ReLU()]
             last = h
         layers.append(nn.Linear(last, self.act_dim))
         self.net = nn.Sequential(*layers)
-        self.register_buffer("obs_mean", torch.zeros(self.obs_dim))
-        self.register_buffer("obs_std", torch.ones(self.obs_dim))
-        mask = torch.ones(self.obs_dim)
+        self.register_buffer("obs_mean", torch.zeros(self.in_dim))
+        self.register_buffer("obs_std", torch.ones(self.in_dim))
+        mask = torch.ones(self.in_dim)
         mask[ignore] = 0.0
         self.register_buffer("obs_mask", mask)
 
+    def featurize(self, obs: np.ndarray) -> np.ndarray:
+        """Observations (n, obs_dim) or (obs_dim,) -> the network's inputs (float32)."""
+        return _features.featurize(obs, self.features)
+
     def set_normalisation(self, obs: np.ndarray) -> None:
+        """From featurized inputs (n, in_dim)."""
         obs = np.asarray(obs, np.float64)
         self.obs_mean.copy_(torch.as_tensor(obs.mean(0), dtype=torch.float32))
         self.obs_std.copy_(torch.as_tensor(np.maximum(obs.std(0), STD_FLOOR), dtype=torch.float32))
@@ -132,7 +146,7 @@ class MLPPolicy(nn.Module):
         """A picklable float64 copy of everything the forward pass needs (for NumPy inference)."""
         lin = [m for m in self.net if isinstance(m, nn.Linear)]
         return {"mean": self.obs_mean.double().numpy().copy(), "std": self.obs_std.double().numpy().copy(),
-                "mask": self.obs_mask.double().numpy().copy(),
+                "mask": self.obs_mask.double().numpy().copy(), "features": copy.deepcopy(self.features),
                 "W": [m.weight.detach().double().numpy().T.copy() for m in lin],
                 "b": [m.bias.detach().double().numpy().copy() for m in lin]}
 
@@ -146,7 +160,8 @@ class NumpyPolicy:
 
     def __call__(self, obs) -> np.ndarray:
         p = self.p
-        x = np.clip((np.asarray(obs, np.float64).ravel() - p["mean"]) / p["std"], -CLIP_NORMALISED,
+        obs = _features.featurize(np.asarray(obs).ravel(), p.get("features"))
+        x = np.clip((np.asarray(obs, np.float64) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
         n = len(p["W"])
         for i, (W, b) in enumerate(zip(p["W"], p["b"])):
@@ -204,7 +219,7 @@ class PolicyAgent(Agent):
 
     def act_batch(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            out = self.policy(torch.as_tensor(np.asarray(obs, np.float32)))
+            out = self.policy(torch.as_tensor(self.policy.featurize(np.asarray(obs, np.float32))))
         space = self.env.action_space
         return np.clip(out.numpy(), space.low, space.high)
 
@@ -212,7 +227,8 @@ class PolicyAgent(Agent):
         """Write the policy (architecture, weights, normalisation, ``meta``) atomically."""
         torch_save_atomic({"format": "taigym-mlp-policy/1", "agent": self.name,
                            "obs_dim": self.policy.obs_dim, "act_dim": self.policy.act_dim,
-                           "hidden": self.policy.hidden, "state_dict": self.policy.state_dict(),
+                           "hidden": self.policy.hidden, "features": self.policy.features,
+                           "state_dict": self.policy.state_dict(),
                            "meta": self.meta}, path)
 
     @classmethod
@@ -227,7 +243,7 @@ def _read_policy(path: str | Path) -> tuple[MLPPolicy, dict]:
         raise ValueError(f"{path} is not a saved taigym MLP policy")
     state = dict(d["state_dict"])
     state.setdefault("obs_mask", torch.ones(d["obs_dim"]))          # saved before ignore_obs existed
-    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"])
+    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"], features=d.get("features"))  # None: before features
     policy.load_state_dict(state)
     policy.eval()
     return policy, dict(d.get("meta", {}))
@@ -261,7 +277,7 @@ class Fit:
     def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
                  cfg: dict, *, seed: int, renormalise: bool = True):
         self.policy, self.cfg = policy, cfg
-        self.obs = np.asarray(obs, np.float32)
+        self.obs = policy.featurize(obs)
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
         self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)
