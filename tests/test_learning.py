@@ -97,6 +97,10 @@ def test_unknown_options_raise(tmp_path):
         bc.train(make_env, {"bogus": 1}, tmp_path / "a", ListLogger())
     with pytest.raises(ValueError, match="beta_zero"):
         dagger.train(make_env, {"beta_zero": 1}, tmp_path / "b", ListLogger())
+    with pytest.raises(ValueError, match="relabel_every"):
+        dagger.train(make_env, {"relabel_every": 0}, tmp_path / "c", ListLogger())
+    with pytest.raises(ValueError, match="features"):
+        bc.train(make_env, {"features": "lip_only"}, tmp_path / "d", ListLogger())
 
 
 def test_bc_resumes_from_checkpoint(tmp_path):
@@ -159,8 +163,8 @@ class StubPlanner:
 
     name = "stub"
 
-    def __init__(self):
-        self.replans, self.cfg = [], {}
+    def __init__(self, every: int = 1):
+        self.replans, self.cfg, self.every = [], {}, every
         self.plan = None
 
     def reset(self, *, seed=None):
@@ -171,7 +175,8 @@ class StubPlanner:
         self.plan = object()
 
     def act(self, obs, info):
-        assert self.plan is not None and self.replans[-1] == float(info["time"])
+        # labels from the last replan, made at most every - 1 steps (of 0.05 s) before
+        assert self.plan is not None and 0 <= float(info["time"]) - self.replans[-1] < 0.05 * self.every - 1e-9
         return np.array([0.0, 0.0, -1.0], np.float32)
 
 
@@ -190,6 +195,13 @@ def test_rollout_relabels_every_visited_state():
     ep1 = collect_mod.rollout(env, StubPlanner(), task=task, seed=0, policy=learner, beta=1.0)
     assert ep1.learner_steps == 0
     np.testing.assert_array_equal(ep1.actions, ep1.labels)
+    # replanning every 4th visited state (DAgger's relabel_every): a quarter of the plans
+    sparse = StubPlanner(every=4)
+    ep4 = collect_mod.rollout(env, sparse, task=task, seed=0, policy=learner, beta=0.0, relabel="replan",
+                              replan_every=4)
+    assert len(sparse.replans) == ep4.expert_plans == -(-len(ep4) // 4) and ep4.expert_labels == len(ep4)
+    with pytest.raises(ValueError, match="replan_every"):
+        collect_mod.rollout(env, sparse, task=task, seed=0, relabel="replan", replan_every=0)
 
 
 def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):

@@ -176,6 +176,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     env = env_for(make_env, expert)
     obs_dim = flat_obs_dim(env.observation_space)
     act_dim = int(np.prod(env.action_space.shape))
+    features = resolve(cfg["features"], env)
 
     episodes, stats = load_demos(make_env, env, cfg, run_dir, expert)
     obs, labels, groups = transitions(episodes, cfg["max_labels"])
@@ -185,7 +186,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     stats["labels"] = int(len(labels))
 
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=resolve(cfg["features"], env))
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features)
     fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"])
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0

@@ -11,9 +11,11 @@
   ``sqp`` tracks the plan it made at the episode's start, so from a state off the plan its label
   heads back to the plan's pose at that time; ``scripted`` is closed-loop anyway), or after
   replanning from that state (``relabel="replan"``: ``expert.replan(info)``, ~2 s a label for
-  ``sqp``; ``"auto"`` replans when the expert can). On Pour-v0 with ``sqp``, 700 demonstrations
-  and 4 x 50 rollouts, "none" reached 0.65 success on the eval split, where "replan" had reached
-  0.36 with 270 and 2 x 8 (it cannot afford more: each rollout costs ~35 s of planning);
+  ``sqp``; ``"auto"`` replans when the expert can), or from every ``relabel_every``-th visited
+  state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started). On Pour-v0
+  with ``sqp``, 700 demonstrations and 4 x 50 rollouts, "none" reached 0.65 success on the eval
+  split (raw observation); with the ``target_path`` features, neither "none" nor "replan" every 5
+  states improved on round 0 (0.62 on 50 validation tasks; see the README);
   aggregate every labelled state (successful or not) with the data so far; retrain the policy
   warm-started from round i-1's weights (normalisation fixed at round 0's); evaluate it on
   ``eval_episodes`` validation tasks (the last train-split tasks); log; checkpoint.
@@ -35,7 +37,7 @@ Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``l
 ``seed``, ``threads``, ``features``), ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None),
 ``dataset_root`` (None), ``demo_episodes`` (10), ``success_only`` (True, round 0),
 ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
-``relabel`` ("none"), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
+``relabel`` ("none"), ``relabel_every`` (1), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
 ``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``progress`` (True).
 """
 
@@ -54,7 +56,7 @@ from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat
 
 DEFAULTS = dict(expert="sqp", expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
                 success_only=True, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
-                relabel="none", max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
+                relabel="none", relabel_every=1, max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
                 checkpoint_every=1, eval_episodes=10, progress=True)
 DEFAULTS.update(max_epochs=100, patience=10)
 
@@ -84,6 +86,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
         raise ValueError(f"select must be 'best' or 'last', got {cfg['select']!r}")
     if cfg["relabel"] not in ("auto", "replan", "none"):
         raise ValueError(f"relabel must be 'auto', 'replan' or 'none', got {cfg['relabel']!r}")
+    if not (isinstance(cfg["relabel_every"], int) and cfg["relabel_every"] >= 1):
+        raise ValueError(f"relabel_every must be an integer >= 1, got {cfg['relabel_every']!r}")
     for k in ("beta0", "beta_decay"):
         if not 0.0 <= float(cfg[k]) <= 1.0:
             raise ValueError(f"{k} must be in [0, 1], got {cfg[k]}")
@@ -92,6 +96,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     env = env_for(make_env, expert)
     obs_dim = flat_obs_dim(env.observation_space)
     act_dim = int(np.prod(env.action_space.shape))
+    features = resolve(cfg["features"], env)
     expert = build_expert(env, cfg, expert)
     relabel = cfg["relabel"]
     if relabel == "auto":
@@ -111,7 +116,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     if state is not None and state.get("agent") != "dagger":
         raise ValueError(f"{ckpt} belongs to another run (agent {state.get('agent')!r}); use a new run_dir")
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=resolve(cfg["features"], env))
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features)
     history: list[dict] = []
     best = {"round": -1, "score": (-1.0, -1.0), "state": None}
     counters = {"labels_queried": demo_stats["labels_queried"], "expert_plans": 0,
@@ -134,7 +139,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
         for k in range(int(cfg["episodes_per_round"])):
             t = (first + k) % usable
             out.append(make_job(t, tasks[t], seed=int(cfg["seed"]) * 1_000_003 + first + k, beta=beta_at(cfg, rnd),
-                                relabel=relabel, mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k,
+                                relabel=relabel, replan_every=int(cfg["relabel_every"]),
+                                mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k,
                                 key=f"r{rnd:03d}-task{t:05d}"))
         return out
 
