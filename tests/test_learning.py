@@ -74,19 +74,23 @@ def test_policy_save_load_roundtrip(bc_agent, tmp_path):
     env = make_env()
     obs = []
     o, info = env.reset(seed=3, options={"task": taigym.envs.tasks("pour", "eval")[3]})
+    agent.reset(seed=3)
     for _ in range(30):
         obs.append(o)
         o, *_ , info = env.step(agent.act(o, info))
     path = tmp_path / "policy.pt"
     agent.save(path)
+
+    def actions(a):
+        a.reset(seed=3)                  # the policy keeps the episode's first observation (S's start)
+        return np.stack([a.act(x, {}) for x in obs])
+
     for loaded in (bc.BCAgent.load(path, env), make("bc", env, checkpoint=path),
                    bc.BCAgent.load(run / "agent.pt", env)):
         assert isinstance(loaded, bc.BCAgent)
-        for x in obs:
-            np.testing.assert_array_equal(loaded.act(x, {}), agent.act(x, {}))
+        np.testing.assert_array_equal(actions(loaded), actions(agent))
     # the NumPy forward pass used by act() is the torch module's
-    np.testing.assert_allclose(agent.act_batch(np.stack(obs)), np.stack([agent.act(x, {}) for x in obs]),
-                               atol=1e-5)
+    np.testing.assert_allclose(agent.act_batch(np.stack(obs), start=obs[0]), actions(agent), atol=1e-5)
     # the policy refuses an env whose observation does not match
     with pytest.raises(ValueError, match="observation"):
         bc.BCAgent.load(path, gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"))
@@ -320,9 +324,11 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     assert spec["kind"] == "target_path"
     task = taigym.envs.tasks("pour", split="train")[1]          # T bounces off x_hi after ~0.45 s
     obs, _ = env.reset(seed=0, options={"task": task})
-    extra = features.featurize(obs, spec)[len(obs):]
+    first = obs.copy()
+    extra = features.featurize(obs, spec, start=first)[len(obs):]
     n = len(features.RELATIVE_LOOKAHEAD) + len(features.ABSOLUTE_LOOKAHEAD)
-    rel_x, rel_y, vx = extra[:n], extra[n:2 * n], extra[2 * n:]
+    rel_x, rel_y, vx = extra[:n], extra[n:2 * n], extra[2 * n:3 * n]
+    np.testing.assert_array_equal(extra[3 * n:], first[:3])                 # S's pose at the start
     assert np.ptp(np.sign(vx[:len(features.RELATIVE_LOOKAHEAD)])) == 2     # the lookaheads span a bounce
     steps = 0
     for k, tau in enumerate(features.RELATIVE_LOOKAHEAD):
@@ -333,9 +339,13 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
         assert vx[k] == pytest.approx(obs[8], abs=1e-6)
     policy = MLPPolicy(len(obs), 3, [8], features=spec)
     assert policy.in_dim == len(obs) + features.extra_dim(spec)
-    policy.set_normalisation(policy.featurize(np.stack([obs, obs + 0.01])))
+    policy.set_normalisation(policy.featurize(np.stack([obs, obs + 0.01]), start=first))
     agent = PolicyAgent(env, policy=policy)
     agent.save(tmp_path / "p.pt")
     again = PolicyAgent.load(tmp_path / "p.pt", env)
     assert again.policy.features == spec
-    np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None])[0], atol=1e-5)
+    again.reset()
+    again.act(first, {})                                                       # remembers the start
+    np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None], start=first)[0], atol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        features.featurize(obs, spec)

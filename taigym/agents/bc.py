@@ -115,6 +115,11 @@ def rollout_metrics(env, agent, tasks, seed: int = 10_000) -> dict:
             "act_seconds": float(np.mean([r["act_seconds"] for r in rows]))}
 
 
+def start_rows(episodes, groups: np.ndarray) -> np.ndarray:
+    """Each transition's episode's first observation (the policy's ``start_pose`` input)."""
+    return np.stack([np.asarray(e.obs[0], np.float32) for e in episodes])[np.asarray(groups)]
+
+
 def expert_demos(make_env, env, expert, cfg: dict, out_dir: Path, *, start: int = 0, seed0: int = 0):
     """Expert episodes on train tasks ``start..``: ``cfg["episodes"]`` of them, or, with
     ``max_labels``, as many as it takes to keep that many labels. Returns (kept, all)."""
@@ -187,7 +192,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
 
     seed_everything(cfg["seed"])
     policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features)
-    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"])
+    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups))
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0
     if ckpt.is_file():

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .bc import build_expert, env_for, load_demos, rollout_metrics, train_tasks, validation_tasks
+from .bc import build_expert, env_for, load_demos, rollout_metrics, start_rows, train_tasks, validation_tasks
 from .features import resolve
 from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
     torch_load, torch_save_atomic
@@ -131,7 +131,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
 
     def data_upto(rnd: int):
         eps = [e for r in rounds_eps[:rnd + 1] for e in r]
-        return transitions(eps, budget)
+        obs, labels, groups = transitions(eps, budget)
+        return obs, labels, groups, start_rows(eps, groups)
 
     def round_jobs(rnd: int) -> list[dict]:
         first = int(cfg["demo_episodes"]) + (rnd - 1) * int(cfg["episodes_per_round"])
@@ -166,11 +167,12 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
             counters["expert_plans"] += int(sum(e.expert_plans for e in new_eps))
             counters["expert_seconds"] += float(sum(e.expert_seconds for e in new_eps))
             counters["learner_steps"] += int(sum(e.learner_steps for e in new_eps))
-        obs, labels, groups = data_upto(rnd)
+        obs, labels, groups, start = data_upto(rnd)
         if budget is not None and len(labels) >= int(budget):
             budget_reached = True
         # fit: round 0 from scratch (sets the normalisation), later rounds warm-started
-        fit = Fit(policy, obs, labels, groups, cfg, seed=int(cfg["seed"]) + 1000 * rnd, renormalise=(rnd == 0))
+        fit = Fit(policy, obs, labels, groups, cfg, seed=int(cfg["seed"]) + 1000 * rnd, renormalise=(rnd == 0),
+                  start=start)
         fit.run()
         policy = fit.finalise()
         agent = DAggerAgent(env, policy=policy)

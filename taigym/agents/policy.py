@@ -128,9 +128,10 @@ class MLPPolicy(nn.Module):
         mask[ignore] = 0.0
         self.register_buffer("obs_mask", mask)
 
-    def featurize(self, obs: np.ndarray) -> np.ndarray:
-        """Observations (n, obs_dim) or (obs_dim,) -> the network's inputs (float32)."""
-        return _features.featurize(obs, self.features)
+    def featurize(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """Observations (n, obs_dim) or (obs_dim,) -> the network's inputs (float32); ``start``:
+        each row's episode's first observation (features with ``start_pose``)."""
+        return _features.featurize(obs, self.features, start)
 
     def set_normalisation(self, obs: np.ndarray) -> None:
         """From featurized inputs (n, in_dim)."""
@@ -152,15 +153,24 @@ class MLPPolicy(nn.Module):
 
 
 class NumpyPolicy:
-    """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable)."""
+    """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable).
+    It keeps the first observation after :meth:`reset` (the episode's start, an input of
+    features with ``start_pose``): call ``reset`` at every episode's start."""
 
     def __init__(self, params: dict, low=-1.0, high=1.0):
         self.p = params
         self.low, self.high = low, high
+        self.start = None
+
+    def reset(self) -> None:
+        self.start = None
 
     def __call__(self, obs) -> np.ndarray:
         p = self.p
-        obs = _features.featurize(np.asarray(obs).ravel(), p.get("features"))
+        obs = np.asarray(obs).ravel()
+        if self.start is None:
+            self.start = obs.copy()
+        obs = _features.featurize(obs, p.get("features"), self.start)
         x = np.clip((np.asarray(obs, np.float64) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
         n = len(p["W"])
@@ -214,12 +224,19 @@ class PolicyAgent(Agent):
         space = self.env.action_space
         self._np = NumpyPolicy(self.policy.numpy_params(), space.low, space.high)
 
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        self._np.reset()
+
     def act(self, obs, info: dict) -> np.ndarray:
         return self._np(obs)
 
-    def act_batch(self, obs: np.ndarray) -> np.ndarray:
+    def act_batch(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """Actions for rows of observations (no episode state: ``start``, each row's episode's
+        first observation, defaults to the rows themselves)."""
+        obs = np.asarray(obs, np.float32)
         with torch.no_grad():
-            out = self.policy(torch.as_tensor(self.policy.featurize(np.asarray(obs, np.float32))))
+            out = self.policy(torch.as_tensor(self.policy.featurize(obs, obs if start is None else start)))
         space = self.env.action_space
         return np.clip(out.numpy(), space.low, space.high)
 
@@ -275,9 +292,9 @@ class Fit:
     as if it had not been interrupted."""
 
     def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
-                 cfg: dict, *, seed: int, renormalise: bool = True):
+                 cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None):
         self.policy, self.cfg = policy, cfg
-        self.obs = policy.featurize(obs)
+        self.obs = policy.featurize(obs, start)
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
         self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)

@@ -61,6 +61,8 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
     expert.reset(seed=int(seed))
+    if hasattr(policy, "reset"):
+        policy.reset()                   # a NumpyPolicy keeps the episode's first observation
     obs_l, lab_l, act_l, rew_l, term_l, trunc_l = [np.asarray(obs).copy()], [], [], [], [], []
     info_l = {k: [float(info[k])] for k in INFO_KEYS}
     plans, exp_time, learner = 0, 0.0, 0
