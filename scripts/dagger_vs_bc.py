@@ -139,6 +139,9 @@ def main(argv=None) -> dict:
     p.add_argument("--relabel-every", type=int, default=1,
                    help="with --relabel replan: replan from every k-th visited state (labels in between track "
                         "the last replan); the table then also shows sqp replanning every k steps on its own")
+    p.add_argument("--gain", type=float, default=1.0,
+                   help="sqp's tracking gain (its labels and its own pours): each step is the plan's step plus "
+                        "gain x the way back to the plan (1: straight to the plan's next pose)")
     p.add_argument("--features", default="auto", choices=("auto", "target_path", "none"),
                    help="policy inputs: the observation with T's predicted path relative to S (auto on Pour) "
                         "or alone")
@@ -162,7 +165,7 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     mk = functools.partial(make_env, "simplified", args.obs_mode)
     env = mk()
-    expert = make(args.expert, env)
+    expert = make(args.expert, env, **({"gain": args.gain} if args.expert == "sqp" else {}))
     dim = env.observation_space.shape[0]
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
@@ -209,7 +212,7 @@ def main(argv=None) -> dict:
     fastest = min(names, key=lambda n: results[n]["act_ms"]) if names else "dagger"
     print()
     print(table({n: results[n] for n in names + ["bc", "dagger"]}, fastest))
-    figures = {"expert": args.expert, "relabel": args.relabel, "relabel_every": args.relabel_every,
+    figures = {"expert": args.expert, "gain": args.gain, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),
