@@ -18,8 +18,11 @@ the eval split. Prints a Markdown table (success with Wilson 95 % CI, in_target 
 with 95 % CI of the mean, per-decision latency and its ratio to the fastest expert's) and ends
 with one JSON line; ``*_success_vs_expert`` divides by the best expert's success.
 
-Both policies see the observation with T's predicted path relative to S (``--features``,
-:mod:`taigym.agents.features`).
+Both policies see the observation with T's predicted path relative to S and S's start pose
+(``--features``, :mod:`taigym.agents.features`). The expert is ``sqp`` with tracking gain
+``--gain`` (default 0.1: from a state off its plan a step returns a tenth of the way; its
+labels at the learner's states lead to success more often than gain 1's, see
+``scripts/expert_takeover.py``).
 
 Both policies ignore S's velocity and the older heightfield frames (``--see-all-obs`` shows them):
 from those a cloned policy copies its own last action, fits the demonstrations (validation MSE
@@ -139,7 +142,7 @@ def main(argv=None) -> dict:
     p.add_argument("--relabel-every", type=int, default=1,
                    help="with --relabel replan: replan from every k-th visited state (labels in between track "
                         "the last replan); the table then also shows sqp replanning every k steps on its own")
-    p.add_argument("--gain", type=float, default=1.0,
+    p.add_argument("--gain", type=float, default=0.1,
                    help="sqp's tracking gain (its labels and its own pours): each step is the plan's step plus "
                         "gain x the way back to the plan (1: straight to the plan's next pose)")
     p.add_argument("--features", default="auto", choices=("auto", "target_path", "none"),
@@ -169,9 +172,8 @@ def main(argv=None) -> dict:
     dim = env.observation_space.shape[0]
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
-    common = dict(hidden=args.hidden, ignore_obs=ignore, features=args.features, max_epochs=args.max_epochs, seed=args.seed,
-                  weight_decay=args.weight_decay,
-                  workers=args.workers,
+    common = dict(hidden=args.hidden, ignore_obs=ignore, features=args.features, max_epochs=args.max_epochs,
+                  seed=args.seed, weight_decay=args.weight_decay, workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()
     print(f"DAgger with the {args.expert} expert: {args.demo_episodes} demos + {args.rounds} x "

@@ -20,9 +20,9 @@ only where S is now. BC on 700 demonstrations, same 90 tasks: 0.67 without, 0.76
 MSE 0.0095 -> 0.0077).
 
 A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
-"horizon": s, "start_pose": bool}`` saved with the policy (the bounds of T's box and the episode's length are those
-of the env it was trained in; tasks with another box get wrong lookaheads), or
-``{"kind": "none"}``.
+"horizon": s, "start_pose": bool}`` saved with the policy (the bounds of T's box and the
+episode's length are those of the env it was trained in; tasks with another box get wrong
+lookaheads), or ``{"kind": "none"}``.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def extra_dim(spec: dict | None) -> int:
     """Entries the features add to the observation."""
     if not spec or spec["kind"] == "none":
         return 0
-    return 3 * (len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)) + (START_DIM if spec.get("start_pose") else 0)
+    lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
+    return 3 * lookaheads + (START_DIM if spec.get("start_pose") else 0)
 
 
 def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:

@@ -4,11 +4,11 @@
 * :class:`MLPPolicy`: ``obs -> features -> mask * (x - mean) / std -> [Linear, ReLU] x
   len(hidden) -> Linear``; the features (:mod:`taigym.agents.features`, NumPy, applied by
   :meth:`MLPPolicy.featurize` before the torch forward pass) append T's predicted path
-  relative to S on Pour-v0; the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are
-  buffers (saved with the weights). Ignoring S's velocity and the older heightfield frames
-  keeps a cloned policy from copying its own last action from them (the "copycat" shortcut:
-  a low validation loss and a policy that drifts in closed loop). Actions are regressed
-  unsquashed and clipped to the action box when acting.
+  relative to S and S's start pose on Pour-v0; the normalisation statistics and the mask (0
+  for the ``ignore_obs`` entries) are buffers (saved with the weights). Ignoring S's velocity
+  and the older heightfield frames keeps a cloned policy from copying its own last action from
+  them (the "copycat" shortcut: a low validation loss and a policy that drifts in closed
+  loop). Actions are regressed unsquashed and clipped to the action box when acting.
 * :class:`PolicyAgent`: the agent around a policy (``reset``, ``act``, ``save``, ``load``).
   ``act`` runs the forward pass in NumPy on a float64 copy of the weights (no torch dispatch:
   ~20 us per decision), so its latency is the policy's, not the framework's.
