@@ -74,19 +74,23 @@ def test_policy_save_load_roundtrip(bc_agent, tmp_path):
     env = make_env()
     obs = []
     o, info = env.reset(seed=3, options={"task": taigym.envs.tasks("pour", "eval")[3]})
+    agent.reset(seed=3)
     for _ in range(30):
         obs.append(o)
         o, *_ , info = env.step(agent.act(o, info))
     path = tmp_path / "policy.pt"
     agent.save(path)
+
+    def actions(a):
+        a.reset(seed=3)                  # the policy keeps the episode's first observation (S's start)
+        return np.stack([a.act(x, {}) for x in obs])
+
     for loaded in (bc.BCAgent.load(path, env), make("bc", env, checkpoint=path),
                    bc.BCAgent.load(run / "agent.pt", env)):
         assert isinstance(loaded, bc.BCAgent)
-        for x in obs:
-            np.testing.assert_array_equal(loaded.act(x, {}), agent.act(x, {}))
+        np.testing.assert_array_equal(actions(loaded), actions(agent))
     # the NumPy forward pass used by act() is the torch module's
-    np.testing.assert_allclose(agent.act_batch(np.stack(obs)), np.stack([agent.act(x, {}) for x in obs]),
-                               atol=1e-5)
+    np.testing.assert_allclose(agent.act_batch(np.stack(obs), start=obs[0]), actions(agent), atol=1e-5)
     # the policy refuses an env whose observation does not match
     with pytest.raises(ValueError, match="observation"):
         bc.BCAgent.load(path, gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"))
@@ -97,6 +101,10 @@ def test_unknown_options_raise(tmp_path):
         bc.train(make_env, {"bogus": 1}, tmp_path / "a", ListLogger())
     with pytest.raises(ValueError, match="beta_zero"):
         dagger.train(make_env, {"beta_zero": 1}, tmp_path / "b", ListLogger())
+    with pytest.raises(ValueError, match="relabel_every"):
+        dagger.train(make_env, {"relabel_every": 0}, tmp_path / "c", ListLogger())
+    with pytest.raises(ValueError, match="features"):
+        bc.train(make_env, {"features": "lip_only"}, tmp_path / "d", ListLogger())
 
 
 def test_bc_resumes_from_checkpoint(tmp_path):
@@ -159,8 +167,8 @@ class StubPlanner:
 
     name = "stub"
 
-    def __init__(self):
-        self.replans, self.cfg = [], {}
+    def __init__(self, every: int = 1):
+        self.replans, self.cfg, self.every = [], {}, every
         self.plan = None
 
     def reset(self, *, seed=None):
@@ -171,7 +179,8 @@ class StubPlanner:
         self.plan = object()
 
     def act(self, obs, info):
-        assert self.plan is not None and self.replans[-1] == float(info["time"])
+        # labels from the last replan, made at most every - 1 steps (of 0.05 s) before
+        assert self.plan is not None and 0 <= float(info["time"]) - self.replans[-1] < 0.05 * self.every - 1e-9
         return np.array([0.0, 0.0, -1.0], np.float32)
 
 
@@ -190,6 +199,13 @@ def test_rollout_relabels_every_visited_state():
     ep1 = collect_mod.rollout(env, StubPlanner(), task=task, seed=0, policy=learner, beta=1.0)
     assert ep1.learner_steps == 0
     np.testing.assert_array_equal(ep1.actions, ep1.labels)
+    # replanning every 4th visited state (DAgger's relabel_every): a quarter of the plans
+    sparse = StubPlanner(every=4)
+    ep4 = collect_mod.rollout(env, sparse, task=task, seed=0, policy=learner, beta=0.0, relabel="replan",
+                              replan_every=4)
+    assert len(sparse.replans) == ep4.expert_plans == -(-len(ep4) // 4) and ep4.expert_labels == len(ep4)
+    with pytest.raises(ValueError, match="replan_every"):
+        collect_mod.rollout(env, sparse, task=task, seed=0, relabel="replan", replan_every=0)
 
 
 def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
@@ -294,3 +310,42 @@ def test_ignored_observation_entries_do_not_move_the_policy(tmp_path):
     assert not np.allclose(policy(torch.as_tensor(obs[None])).detach(), policy(torch.as_tensor(other[None])).detach())
     with pytest.raises(ValueError, match="ignore_obs"):
         MLPPolicy(env.observation_space.shape[0], 3, [16], ignore_obs=[10_000])
+
+
+def test_target_path_features_predict_where_t_will_be(tmp_path):
+    """features='target_path' (auto on Pour-v0): from one observation, T's opening relative to
+    S's opening after each relative lookahead time is where the env puts it while S holds still,
+    across T's bounce off its box; the policy's inputs carry them, also after save/load."""
+    from taigym.agents import features
+    from taigym.agents.policy import MLPPolicy
+
+    env = make_env()
+    spec = features.resolve("auto", env)
+    assert spec["kind"] == "target_path"
+    task = taigym.envs.tasks("pour", split="train")[1]          # T bounces off x_hi after ~0.45 s
+    obs, _ = env.reset(seed=0, options={"task": task})
+    first = obs.copy()
+    extra = features.featurize(obs, spec, start=first)[len(obs):]
+    n = len(features.RELATIVE_LOOKAHEAD) + len(features.ABSOLUTE_LOOKAHEAD)
+    rel_x, rel_y, vx = extra[:n], extra[n:2 * n], extra[2 * n:3 * n]
+    np.testing.assert_array_equal(extra[3 * n:], first[:3])                 # S's pose at the start
+    assert np.ptp(np.sign(vx[:len(features.RELATIVE_LOOKAHEAD)])) == 2     # the lookaheads span a bounce
+    steps = 0
+    for k, tau in enumerate(features.RELATIVE_LOOKAHEAD):
+        while steps * 0.05 < tau - 1e-9:
+            obs, *_ = env.step(np.zeros(3, np.float32))
+            steps += 1
+        np.testing.assert_allclose(obs[10:12], [rel_x[k], rel_y[k]], atol=1e-5)
+        assert vx[k] == pytest.approx(obs[8], abs=1e-6)
+    policy = MLPPolicy(len(obs), 3, [8], features=spec)
+    assert policy.in_dim == len(obs) + features.extra_dim(spec)
+    policy.set_normalisation(policy.featurize(np.stack([obs, obs + 0.01]), start=first))
+    agent = PolicyAgent(env, policy=policy)
+    agent.save(tmp_path / "p.pt")
+    again = PolicyAgent.load(tmp_path / "p.pt", env)
+    assert again.policy.features == spec
+    again.reset()
+    again.act(first, {})                                                       # remembers the start
+    np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None], start=first)[0], atol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        features.featurize(obs, spec)

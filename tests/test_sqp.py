@@ -12,7 +12,7 @@ import pytest
 import taigym.agents
 from taigym.envs import tasks
 from taigym.envs.pour_tasks import seed000_scenes
-from taigym.planners.sqp import PourProblem, SQPConfig, plan_pour
+from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
 from taigym.sim import Box
 
 CFG = SQPConfig()
@@ -156,3 +156,26 @@ def test_replan_on_its_own_path_keeps_the_plan():
     # of the [-1, 1] action; with the slosh in the planner's model its SQP stops at less
     # reproducible local optima (measured 0.07, 0.04, 0.11; without the slosh 0.002-0.02)
     assert np.mean(diffs, axis=0).max() < 0.15, np.mean(diffs, axis=0)
+
+
+def test_tracking_gain_returns_part_of_the_way_to_the_plan():
+    """track_gain: from a state off the plan the step is the plan's step plus track_gain x the
+    offset back to the plan (a gentler feedback for DAgger's labels); on the plan every gain
+    takes the plan's step."""
+    env = gym.make("taigym/Pour-v0", fidelity="simplified")
+    task = tasks("pour", split="train")[0]
+    env.reset(seed=0, options={"task": task})
+    start = np.array(task.source_pose)
+    poses = start + np.outer(np.arange(4), [0.01, 0.0, -0.05])           # a straight plan: 1 cm, -0.05 rad a step
+    plan = PourPlan(poses, 0.05 * np.arange(4), {}, 0, 0.0, "test", 0.0)
+    scale = np.array([0.025, 0.025, 0.1])
+    for gain in (1.0, 0.25):
+        agent = taigym.agents.make("sqp", env, track_gain=gain)
+        agent.plan, agent._task = plan, env.unwrapped.task
+        on_plan = agent.act(None, {"source_pose": poses[0]})
+        np.testing.assert_allclose(on_plan * scale, poses[1] - poses[0], atol=1e-7)
+        behind = poses[1] - [0.01, 0.0, 0.0]                                 # 1 cm behind the plan
+        off_plan = agent.act(None, {"source_pose": behind})
+        np.testing.assert_allclose(off_plan * scale, poses[2] - poses[1] + gain * (poses[1] - behind), atol=1e-7)
+    with pytest.raises(ValueError, match="track_gain"):
+        taigym.agents.make("sqp", env, track_gain=2.0)

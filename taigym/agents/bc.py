@@ -43,6 +43,8 @@ patience           20         early stopping patience (epochs)
 val_fraction       0.1        fraction of episodes held out for early stopping
 seed               0          seeds initialisation, split and minibatch order
 threads            1          torch threads while training
+features           "auto"     input features (:mod:`taigym.agents.features`): target_path on
+                              Pour-v0 (T's predicted path relative to S), else none
 checkpoint_every   10         epochs between checkpoints
 eval_episodes      10         validation rollouts at the end (last train-split tasks; 0: none)
 progress           True       progress bars
@@ -57,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .features import resolve
 from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
     torch_load, torch_save_atomic
 
@@ -110,6 +113,11 @@ def rollout_metrics(env, agent, tasks, seed: int = 10_000) -> dict:
     s = summarise(rows)
     return {"success": s["success_rate"], "in_target": s["mean_in_target"], "spilled": s["mean_spilled"],
             "act_seconds": float(np.mean([r["act_seconds"] for r in rows]))}
+
+
+def start_rows(episodes, groups: np.ndarray) -> np.ndarray:
+    """Each transition's episode's first observation (the policy's ``start_pose`` input)."""
+    return np.stack([np.asarray(e.obs[0], np.float32) for e in episodes])[np.asarray(groups)]
 
 
 def expert_demos(make_env, env, expert, cfg: dict, out_dir: Path, *, start: int = 0, seed0: int = 0):
@@ -173,6 +181,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     env = env_for(make_env, expert)
     obs_dim = flat_obs_dim(env.observation_space)
     act_dim = int(np.prod(env.action_space.shape))
+    features = resolve(cfg["features"], env)
 
     episodes, stats = load_demos(make_env, env, cfg, run_dir, expert)
     obs, labels, groups = transitions(episodes, cfg["max_labels"])
@@ -182,8 +191,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     stats["labels"] = int(len(labels))
 
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"])
-    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"])
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features)
+    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups))
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0
     if ckpt.is_file():

@@ -1,12 +1,14 @@
 """A small deterministic MLP policy (torch, CPU) with observation normalisation, shared by
 ``bc`` and ``dagger``.
 
-* :class:`MLPPolicy`: ``obs -> mask * (obs - mean) / std -> [Linear, ReLU] x len(hidden) ->
-  Linear``; the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are
-  buffers (saved with the weights). Ignoring S's velocity and the older heightfield frames
-  keeps a cloned policy from copying its own last action from them (the "copycat" shortcut:
-  a low validation loss and a policy that drifts in closed loop). Actions are regressed
-  unsquashed and clipped to the action box when acting.
+* :class:`MLPPolicy`: ``obs -> features -> mask * (x - mean) / std -> [Linear, ReLU] x
+  len(hidden) -> Linear``; the features (:mod:`taigym.agents.features`, NumPy, applied by
+  :meth:`MLPPolicy.featurize` before the torch forward pass) append T's predicted path
+  relative to S and S's start pose on Pour-v0; the normalisation statistics and the mask (0
+  for the ``ignore_obs`` entries) are buffers (saved with the weights). Ignoring S's velocity
+  and the older heightfield frames keeps a cloned policy from copying its own last action from
+  them (the "copycat" shortcut: a low validation loss and a policy that drifts in closed
+  loop). Actions are regressed unsquashed and clipped to the action box when acting.
 * :class:`PolicyAgent`: the agent around a policy (``reset``, ``act``, ``save``, ``load``).
   ``act`` runs the forward pass in NumPy on a float64 copy of the weights (no torch dispatch:
   ~20 us per decision), so its latency is the policy's, not the framework's.
@@ -33,6 +35,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from . import features as _features
 from .base import Agent
 
 #: hyperparameters of the network and of :func:`fit` (shared by ``bc`` and ``dagger``)
@@ -47,6 +50,7 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
     val_fraction=0.1,       # fraction of the episodes held out for early stopping
     seed=0,                 # seeds the initialisation, the split and the minibatch order
     threads=1,              # torch intra-op threads while training (the machine is shared)
+    features="auto",        # input features (taigym.agents.features): auto | target_path | none
 )
 
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -98,28 +102,39 @@ def torch_load(path: str | Path):
 
 
 class MLPPolicy(nn.Module):
-    """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``."""
+    """``obs -> action`` MLP with input normalisation buffers ``obs_mean``, ``obs_std``.
+    ``obs_dim`` is the env's observation size; ``features`` a spec of
+    :mod:`taigym.agents.features` (None: the observation alone). :meth:`forward` takes
+    featurized inputs (``in_dim`` entries): call :meth:`featurize` on observations first."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=()):
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=(), features: dict | None = None):
         super().__init__()
         ignore = [int(i) for i in ignore_obs]
         if any(not 0 <= i < int(obs_dim) for i in ignore):
             raise ValueError(f"ignore_obs must hold indices in [0, {int(obs_dim) - 1}], got {list(ignore_obs)}")
         self.obs_dim, self.act_dim, self.hidden = int(obs_dim), int(act_dim), [int(h) for h in hidden]
+        self.features = dict(features or {"kind": "none"})
+        self.in_dim = self.obs_dim + _features.extra_dim(self.features)
         layers: list[nn.Module] = []
-        last = self.obs_dim
+        last = self.in_dim
         for h in self.hidden:
             layers += [nn.Linear(last, h), nn.ReLU()]
             last = h
         layers.append(nn.Linear(last, self.act_dim))
         self.net = nn.Sequential(*layers)
-        self.register_buffer("obs_mean", torch.zeros(self.obs_dim))
-        self.register_buffer("obs_std", torch.ones(self.obs_dim))
-        mask = torch.ones(self.obs_dim)
+        self.register_buffer("obs_mean", torch.zeros(self.in_dim))
+        self.register_buffer("obs_std", torch.ones(self.in_dim))
+        mask = torch.ones(self.in_dim)
         mask[ignore] = 0.0
         self.register_buffer("obs_mask", mask)
 
+    def featurize(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """Observations (n, obs_dim) or (obs_dim,) -> the network's inputs (float32); ``start``:
+        each row's episode's first observation (features with ``start_pose``)."""
+        return _features.featurize(obs, self.features, start)
+
     def set_normalisation(self, obs: np.ndarray) -> None:
+        """From featurized inputs (n, in_dim)."""
         obs = np.asarray(obs, np.float64)
         self.obs_mean.copy_(torch.as_tensor(obs.mean(0), dtype=torch.float32))
         self.obs_std.copy_(torch.as_tensor(np.maximum(obs.std(0), STD_FLOOR), dtype=torch.float32))
@@ -132,21 +147,31 @@ class MLPPolicy(nn.Module):
         """A picklable float64 copy of everything the forward pass needs (for NumPy inference)."""
         lin = [m for m in self.net if isinstance(m, nn.Linear)]
         return {"mean": self.obs_mean.double().numpy().copy(), "std": self.obs_std.double().numpy().copy(),
-                "mask": self.obs_mask.double().numpy().copy(),
+                "mask": self.obs_mask.double().numpy().copy(), "features": copy.deepcopy(self.features),
                 "W": [m.weight.detach().double().numpy().T.copy() for m in lin],
                 "b": [m.bias.detach().double().numpy().copy() for m in lin]}
 
 
 class NumpyPolicy:
-    """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable)."""
+    """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable).
+    It keeps the first observation after :meth:`reset` (the episode's start, an input of
+    features with ``start_pose``): call ``reset`` at every episode's start."""
 
     def __init__(self, params: dict, low=-1.0, high=1.0):
         self.p = params
         self.low, self.high = low, high
+        self.start = None
+
+    def reset(self) -> None:
+        self.start = None
 
     def __call__(self, obs) -> np.ndarray:
         p = self.p
-        x = np.clip((np.asarray(obs, np.float64).ravel() - p["mean"]) / p["std"], -CLIP_NORMALISED,
+        obs = np.asarray(obs).ravel()
+        if self.start is None:
+            self.start = obs.copy()
+        obs = _features.featurize(obs, p.get("features"), self.start)
+        x = np.clip((np.asarray(obs, np.float64) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
         n = len(p["W"])
         for i, (W, b) in enumerate(zip(p["W"], p["b"])):
@@ -199,12 +224,19 @@ class PolicyAgent(Agent):
         space = self.env.action_space
         self._np = NumpyPolicy(self.policy.numpy_params(), space.low, space.high)
 
+    def reset(self, *, seed: int | None = None) -> None:
+        super().reset(seed=seed)
+        self._np.reset()
+
     def act(self, obs, info: dict) -> np.ndarray:
         return self._np(obs)
 
-    def act_batch(self, obs: np.ndarray) -> np.ndarray:
+    def act_batch(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+        """Actions for rows of observations (no episode state: ``start``, each row's episode's
+        first observation, defaults to the rows themselves)."""
+        obs = np.asarray(obs, np.float32)
         with torch.no_grad():
-            out = self.policy(torch.as_tensor(np.asarray(obs, np.float32)))
+            out = self.policy(torch.as_tensor(self.policy.featurize(obs, obs if start is None else start)))
         space = self.env.action_space
         return np.clip(out.numpy(), space.low, space.high)
 
@@ -212,7 +244,8 @@ class PolicyAgent(Agent):
         """Write the policy (architecture, weights, normalisation, ``meta``) atomically."""
         torch_save_atomic({"format": "taigym-mlp-policy/1", "agent": self.name,
                            "obs_dim": self.policy.obs_dim, "act_dim": self.policy.act_dim,
-                           "hidden": self.policy.hidden, "state_dict": self.policy.state_dict(),
+                           "hidden": self.policy.hidden, "features": self.policy.features,
+                           "state_dict": self.policy.state_dict(),
                            "meta": self.meta}, path)
 
     @classmethod
@@ -227,7 +260,7 @@ def _read_policy(path: str | Path) -> tuple[MLPPolicy, dict]:
         raise ValueError(f"{path} is not a saved taigym MLP policy")
     state = dict(d["state_dict"])
     state.setdefault("obs_mask", torch.ones(d["obs_dim"]))          # saved before ignore_obs existed
-    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"])
+    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"], features=d.get("features"))  # None: before features
     policy.load_state_dict(state)
     policy.eval()
     return policy, dict(d.get("meta", {}))
@@ -259,9 +292,9 @@ class Fit:
     as if it had not been interrupted."""
 
     def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
-                 cfg: dict, *, seed: int, renormalise: bool = True):
+                 cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None):
         self.policy, self.cfg = policy, cfg
-        self.obs = np.asarray(obs, np.float32)
+        self.obs = policy.featurize(obs, start)
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
         self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)

@@ -3,9 +3,10 @@
 :func:`rollout` runs one episode in which the expert labels every visited state and the action
 applied is the expert's with probability ``beta`` (per step), else the learner's. With
 ``relabel="replan"`` (DAgger with a planning expert) the expert first replans from the state in
-``info`` (``expert.replan(info)``) at every step, so that its label is its action from the state
-the mixture actually reached; with ``relabel="none"`` the expert just acts (plans once at the
-first step and tracks, as in a demonstration).
+``info`` (``expert.replan(info)``) at every ``replan_every``-th step (every step by default), so
+that its label is its action from the state the mixture actually reached (in between, it
+tracks its last replan); with ``relabel="none"`` the expert just acts (plans once at the first
+step and tracks, as in a demonstration).
 
 :func:`collect` runs a list of such jobs, skipping those whose episode file is already in
 ``out_dir`` (resume after an interruption) and writing each new episode atomically as soon as
@@ -46,30 +47,37 @@ def expert_spec(expert) -> tuple[str, dict]:
 
 
 def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Callable | None = None,
-            beta: float = 1.0, relabel: str = "auto", mix_seed: int | None = None) -> Episode:
+            beta: float = 1.0, relabel: str = "auto", mix_seed: int | None = None,
+            replan_every: int = 1) -> Episode:
     """One episode on ``task``; see the module docstring. ``policy``: obs -> action (None =
     pure expert). ``mix_seed`` seeds the per-step choice between expert and learner."""
     if relabel not in RELABEL:
         raise ValueError(f"relabel must be one of {RELABEL}, got {relabel!r}")
+    if not (isinstance(replan_every, int) and replan_every >= 1):
+        raise ValueError(f"replan_every must be an integer >= 1, got {replan_every!r}")
     replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
     if replan and not hasattr(expert, "replan"):
         raise ValueError(f"relabel='replan' needs an expert with replan(info); {expert!r} has none")
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
     expert.reset(seed=int(seed))
+    if hasattr(policy, "reset"):
+        policy.reset()                   # a NumpyPolicy keeps the episode's first observation
     obs_l, lab_l, act_l, rew_l, term_l, trunc_l = [np.asarray(obs).copy()], [], [], [], [], []
     info_l = {k: [float(info[k])] for k in INFO_KEYS}
     plans, exp_time, learner = 0, 0.0, 0
     terminated = truncated = False
+    step = 0
     while not (terminated or truncated):
         prev_plan = getattr(expert, "plan", None)
         t0 = time.perf_counter()
-        if replan:
+        if replan and step % replan_every == 0:
             expert.replan(info)
         label = np.asarray(expert.act(obs, info), np.float32)
         exp_time += time.perf_counter() - t0
-        if replan or getattr(expert, "plan", None) is not prev_plan:
+        if getattr(expert, "plan", None) is not prev_plan:
             plans += 1
+        step += 1
         if policy is not None and (beta < 1.0 and rng.random() >= beta):
             action = np.asarray(policy(obs), np.float32)
             learner += 1
@@ -92,11 +100,16 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
 
 
 def make_job(task_index: int, task, *, seed: int, beta: float = 1.0, relabel: str = "none",
-             mix_seed: int | None = None, key: str | None = None) -> dict:
+             mix_seed: int | None = None, key: str | None = None, replan_every: int = 1) -> dict:
     """A job for :func:`collect`; ``key`` names its episode file (default: task index and seed)."""
     return {"task_index": int(task_index), "task": task, "seed": int(seed), "beta": float(beta),
-            "relabel": relabel, "mix_seed": mix_seed,
+            "relabel": relabel, "mix_seed": mix_seed, "replan_every": int(replan_every),
             "key": key or f"task{int(task_index):05d}-seed{int(seed)}"}
+
+
+def _rollout_args(job: dict) -> dict:
+    return {k: job[k] for k in ("task", "seed", "task_index", "beta", "relabel", "mix_seed")} | \
+        {"replan_every": job.get("replan_every", 1)}
 
 
 class _Worker:
@@ -113,8 +126,7 @@ class _Worker:
         self.out_dir = Path(out_dir) if out_dir is not None else None
 
     def run(self, job: dict) -> Episode:
-        ep = rollout(self.env, self.expert, task=job["task"], seed=job["seed"], task_index=job["task_index"],
-                     policy=self.policy, beta=job["beta"], relabel=job["relabel"], mix_seed=job["mix_seed"])
+        ep = rollout(self.env, self.expert, policy=self.policy, **_rollout_args(job))
         if self.out_dir is not None:
             save_episode(ep, self.out_dir / f"{job['key']}.npz")
         return ep
@@ -193,8 +205,7 @@ def collect(make_env: Callable, expert, jobs: Sequence[dict], *, out_dir: str | 
                 space = env.action_space
                 pol = NumpyPolicy(policy_params, space.low, space.high) if policy_params is not None else None
                 for j in todo:
-                    ep = rollout(env, expert, task=j["task"], seed=j["seed"], task_index=j["task_index"],
-                                 policy=pol, beta=j["beta"], relabel=j["relabel"], mix_seed=j["mix_seed"])
+                    ep = rollout(env, expert, policy=pol, **_rollout_args(j))
                     if out is not None:
                         save_episode(ep, out / f"{j['key']}.npz")
                     finished(j["key"], ep)

@@ -1,0 +1,107 @@
+"""Input features of the MLP policies (``bc``, ``dagger``) derived from Pour-v0's observation.
+
+A pour succeeds when S leans over where T will be once the liquid gets there, and the expert
+(``sqp``) chooses the side it pours towards from where T will be half way through the episode.
+T moves at a constant velocity and bounces off the sides of a fixed box, so where T will be is
+a triangle wave of its observed position and velocity: exact, but a function an MLP learns
+poorly from a few hundred tasks (cloned policies poured on the wrong side of T or beside it).
+``"target_path"`` hands it over: for each lookahead time, T's opening centre relative to S's
+opening centre if S stayed where it is (m, x and y) and T's x velocity then (m/s, its sign flips
+at a bounce). Lookahead times are relative (``RELATIVE_LOOKAHEAD``, s from now) and absolute
+(``ABSOLUTE_LOOKAHEAD``, fractions of the episode's horizon, 0 once passed).
+
+On 300 sqp demonstrations, BC on 90 held-out train-split tasks (simplified env): success 0.38
+with the observation alone, 0.51 with the relative lookaheads, 0.60 with both.
+
+``start_pose``: S's pose at the episode's first observation (m, m, rad), which the policy keeps
+from its first decision (:class:`~taigym.agents.policy.NumpyPolicy` ``reset``). The expert's
+plan, and so its label at any later state, depends on where S started; the observation shows
+only where S is now. BC on 700 demonstrations, same 90 tasks: 0.67 without, 0.76 with (validation
+MSE 0.0095 -> 0.0077).
+
+A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
+"horizon": s, "start_pose": bool}`` saved with the policy (the bounds of T's box and the
+episode's length are those of the env it was trained in; tasks with another box get wrong
+lookaheads), or ``{"kind": "none"}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+KINDS = ("none", "target_path", "auto")
+RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
+ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
+# Pour-v0's observation entries (both obs modes): 6-7 T's position (m), 8-9 its velocity (m/s),
+# 10-11 T's opening centre minus S's (m), 14 time / horizon
+TIME = 14
+START_DIM = 3                            # S's pose x, y, theta at the episode's start (obs 0-2)
+POUR_OBS_MIN = 40                        # entries 0-39 are shared by obs_mode features and lip
+
+
+def resolve(kind: str, env) -> dict:
+    """The feature spec for ``kind`` in ``env``; ``"auto"`` is ``"target_path"`` on Pour-v0
+    (and envs with its observation layout), else ``"none"``."""
+    if kind not in KINDS:
+        raise ValueError(f"features must be one of {KINDS}, got {kind!r}")
+    from taigym.data.collect import task_family
+
+    u = env.unwrapped
+    task = getattr(u, "task", None)
+    pour = task_family(env) == "pour"
+    if kind == "auto":
+        kind = "target_path" if pour else "none"
+    if kind == "none":
+        return {"kind": "none"}
+    if not pour:
+        raise ValueError(f"features='target_path' needs Pour-v0's observation, got {task_family(env)!r}")
+    from taigym.envs.pour_tasks import TARGET_BOUNDS
+
+    bounds = tuple(float(b) for b in (task.target_bounds if task is not None else TARGET_BOUNDS))
+    horizon = float(getattr(getattr(u, "cfg", None), "horizon", 5.0))
+    return {"kind": "target_path", "bounds": bounds, "horizon": horizon, "start_pose": True}
+
+
+def extra_dim(spec: dict | None) -> int:
+    """Entries the features add to the observation."""
+    if not spec or spec["kind"] == "none":
+        return 0
+    lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
+    return 3 * lookaheads + (START_DIM if spec.get("start_pose") else 0)
+
+
+def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:
+    """The features of one observation (Python floats: ~10 us, a policy's decision is ~30 us)."""
+    from taigym.envs.pour_tasks import reflect
+
+    x_lo, x_hi, y_lo, y_hi = bounds
+    tx, ty, vx, vy, rx, ry, now = (float(x[i]) for i in (6, 7, 8, 9, 10, 11, TIME))
+    now *= horizon
+    taus = [*RELATIVE_LOOKAHEAD.tolist(), *(max(a * horizon - now, 0.0) for a in ABSOLUTE_LOOKAHEAD.tolist())]
+    px = [reflect(tx, vx, tau, x_lo, x_hi) for tau in taus]
+    return ([rx + p - tx for p, _ in px] + [ry + reflect(ty, vy, tau, y_lo, y_hi)[0] - ty for tau in taus]
+            + [v for _, v in px])
+
+
+def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = None) -> np.ndarray:
+    """``obs`` (n, d) or (d,) with the spec's features appended (float32, same leading shape);
+    ``start``: the episode's first observation(s) (rows as ``obs``, or one for all), needed
+    with ``start_pose``."""
+    obs = np.asarray(obs, np.float32)
+    if not spec or spec["kind"] == "none":
+        return obs
+    x = np.atleast_2d(obs)
+    if x.shape[1] < POUR_OBS_MIN:
+        raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
+                         f"got {x.shape[1]}")
+    parts = [x, np.array([_row(r, spec["bounds"], spec["horizon"]) for r in x], np.float32)]
+    if spec.get("start_pose"):
+        if start is None:
+            raise ValueError("features with start_pose need the episode's first observation (start)")
+        parts.append(np.broadcast_to(np.atleast_2d(np.asarray(start, np.float32))[:, :START_DIM],
+                                     (len(x), START_DIM)))
+    out = np.hstack(parts)
+    return out if obs.ndim == 2 else out[0]
+
+
+__all__ = ["KINDS", "extra_dim", "featurize", "resolve"]
