@@ -12,9 +12,12 @@ closed room (a column of liquid released from rest: it splashes and spreads, as 
 
 For each run: particles, the grid, the liquid's bounding box and the active region (cells), and
 the median wall time of a 0.05 s control step over ``--steps`` steps after one compiling step.
-Prints a table and ends with one JSON line.
+Then the 3D envs' speed: env steps per second of ``taigym/Pour3D-v0`` and
+``taigym/Transport3D-v0`` over their experts' episodes on eval tasks (``sqp``, ``sfrrt``; only
+the env's ``step`` is timed, after a first compiling episode). Prints tables and ends with one
+JSON line.
 
-    python scripts/bench_sim3d.py [--dx 0.008] [--steps 10]
+    python scripts/bench_sim3d.py [--dx 0.008] [--steps 10] [--env-tasks 2]
 """
 
 from __future__ import annotations
@@ -26,8 +29,11 @@ import time
 
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
+import taigym.agents as agents  # noqa: E402
+from taigym.envs import tasks  # noqa: E402
 from taigym.sim.world3d import World3D  # noqa: E402
 
 COLUMN = np.array([0.06, 0.08, 0.06])     # m, the liquid column's extent (x, y, z)
@@ -55,10 +61,36 @@ def run(room, columns_x, dx: float, steps: int) -> dict:
             "step_ms": 1e3 * float(np.median(times)), "substeps": w.diagnostics()["substeps"]}
 
 
+def env_speed(env_id: str, family: str, expert: str, n_tasks: int) -> dict:
+    """Env steps per second (env.step only) over the expert's episodes on eval tasks 1..n_tasks,
+    after a first episode on eval task 0 that compiles the solver."""
+    env = gym.make(env_id)
+    agent = agents.make(expert, env)
+    steps, wall, particles = 0, 0.0, []
+    for k, task in enumerate(tasks(family, split="eval")[:n_tasks + 1]):
+        obs, info = env.reset(seed=k, options={"task": task})
+        agent.reset(seed=k)
+        done = False
+        while not done:
+            action = agent.act(obs, info)
+            t0 = time.perf_counter()
+            obs, _, term, trunc, info = env.step(action)
+            if k > 0:
+                wall += time.perf_counter() - t0
+                steps += 1
+            done = term or trunc
+        u = env.unwrapped
+        world = u.world if hasattr(u, "world") else u.carried.world   # Pour3D; Transport3D
+        particles.append(world.particle_count())
+    env.close()
+    return {"steps_per_second": steps / wall, "steps": steps, "particles": particles[1:]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dx", type=float, default=0.008, help="grid spacing, m")
     ap.add_argument("--steps", type=int, default=10, help="timed control steps per run")
+    ap.add_argument("--env-tasks", type=int, default=2, help="timed expert episodes per 3D env (0: none)")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     def cells(m: float) -> float:  # every room a whole number of cells: the same particle lattice
@@ -93,6 +125,15 @@ def main() -> None:
           f"particles: cost x{figures['spread_cost_ratio_last_to_first']}; particles "
           f"x{figures['amount_particles'][-1] / figures['amount_particles'][0]:.1f}: cost "
           f"x{figures['amount_cost_ratio_last_to_first']} (load average {load:.1f})")
+    if args.env_tasks > 0:
+        print("| env | expert | timed steps | particles | env steps/s |")
+        print("|---|---|---|---|---|")
+        for env_id, family, expert in (("taigym/Pour3D-v0", "pour3d", "sqp"),
+                                       ("taigym/Transport3D-v0", "transport3d", "sfrrt")):
+            r = env_speed(env_id, family, expert, args.env_tasks)
+            print(f"| {env_id} | {expert} | {r['steps']} | {r['particles']} | "
+                  f"{r['steps_per_second']:.1f} |", flush=True)
+            figures[f"{family}_env_steps_per_second"] = round(r["steps_per_second"], 1)
     print(json.dumps(figures))
 
 

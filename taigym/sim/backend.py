@@ -20,11 +20,12 @@ def _cuda_driver_present() -> bool:
     return os.path.exists("/dev/nvidia0") and ctypes.util.find_library("cuda") is not None
 
 
-def init(arch: str = "cpu") -> str:
+def init(arch: str = "cpu", *, optimize: bool = True) -> str:
     """Initialise Taichi once per process and return the arch actually in use ("cpu" or "cuda").
 
     Re-initialising Taichi would free every field of every live solver, so a later call with a
-    different arch keeps the first one and warns.
+    different arch keeps the first one and warns. ``optimize``: whether the first solver asks
+    for Taichi's advanced IR optimisations (below; ``TAIGYM_FAST_COMPILE`` overrides it).
     """
     global _active
     if arch not in ARCHS:
@@ -43,12 +44,20 @@ def init(arch: str = "cpu") -> str:
 
     # fast_math off: reassociated float sums would break bit-identical CPU results across
     # batch sizes (kernels are recompiled per field shape).
-    # TAIGYM_FAST_COMPILE=1 skips Taichi's advanced IR optimisations: the solver compiles in
-    # ~3 s instead of ~25 s per grid shape and steps ~15 % slower (tests and short scripts).
-    fast_compile = os.environ.get("TAIGYM_FAST_COMPILE", "0") == "1"
+    # Compile cost of each solver's one kernel, measured on the 2-core machine (2026-11-24;
+    # first compile, then cached on disk per grid shape by Taichi's offline cache):
+    #   2D pour scene: advanced IR optimisations 28 s, 0.85 GB, 10.9 ms a step; without Taichi's
+    #   CFG optimisation 8.6 s, 0.24 GB, 10.2 ms; with neither 5.9 s, 0.25 GB, 11.7 ms.
+    #   3D (20^3): advanced 6+ min and 6-10 GB; without the CFG pass 262 s, 0.4 GB, 27.8 ms a
+    #   step; with neither 21 s, 0.4 GB, 30.2 ms.
+    # So the CFG pass is never run, and the advanced optimisations only where they pay: the 2D
+    # solver asks for them, the 3D one not (8 % slower steps for a compile 12x shorter).
+    # TAIGYM_FAST_COMPILE=1 turns them off, =0 on, whatever the first solver asks.
+    fast = os.environ.get("TAIGYM_FAST_COMPILE")
     ti.init(arch=ti.cuda if wanted == "cuda" else ti.cpu, fast_math=False,
             default_fp=ti.f32, log_level=ti.WARN, offline_cache=True,
-            advanced_optimization=not fast_compile)
+            advanced_optimization=optimize if fast is None else fast != "1",
+            cfg_optimization=False)
     _active = wanted
     return _active
 

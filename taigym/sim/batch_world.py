@@ -53,6 +53,7 @@ class BatchWorld:
     MAX_CELLS = 4096
     VISCOUS_DT_LIMIT = 0.24      # explicit viscosity is stable for dt nu / dx^2 <= 1 / (2 DIM)
     LIQUID_MEASURE = "area"      # the diagnostics' name for the liquid's size (area or volume)
+    OPTIMIZE_IR = True           # ask for Taichi's advanced IR optimisations (backend.init)
     container_type: type = object
 
     def __init__(self, size: Sequence[float], cells: int, viscosity: float, *, density: float,
@@ -261,7 +262,7 @@ class BatchWorld:
         """Initialise Taichi (explicit arch), allocate the solver and upload the scene."""
         if self._solver is not None:
             return self
-        self.arch = backend.init(self.arch)
+        self.arch = backend.init(self.arch, optimize=self.OPTIMIZE_IR)
         counts = [len(m.x) for m in self._members]
         capacity = self._max_particles or max(max(counts), 1)
         if max(counts) > capacity:
