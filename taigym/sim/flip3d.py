@@ -21,14 +21,15 @@ is written once for an axis ``a`` unrolled at compile time):
 5. extrapolation into air, grid to particle (FLIP/PIC blend), RK2 advection in legs of at most
    ``ADVECTION_CFL`` cells, each followed by a push out of solids.
 
-Every grid pass runs over the *active tiles* only: the grid is cut into tiles of TILE^3 cells,
-a tile is active when a particle lies within ``dilation`` tiles of it (at least ``pad`` cells:
-beyond that nothing a particle sees depends on the grid, as the velocity extrapolation reaches
-``layers`` < ``pad`` cells), and each pass loops over the active tiles' cells, nodes or faces
-(the narrow band of seed 004's DT-grid, in tiles). Cells outside them read as empty air. So a
-substep's time grows with the liquid (a pour's source, stream and target), not with its
-bounding box or the room; the pressure system is sized by the particle count; the face and node
-arrays are dense over the room (memory, not time).
+Every grid pass runs over a region around the liquid: the *active tiles* (the grid cut into
+tiles of TILE^3 cells, a tile active when a particle lies within ``dilation`` tiles of it) or,
+when it has fewer cells, the liquid's bounding box; either keeps at least ``pad`` cells of air
+around every particle, farther than the velocity extrapolation (``layers``) reaches, so both
+give the same particles bit for bit. Cells outside the region read as empty air. The tiles
+are the narrow band of seed 004's DT-grid: a pour's source, stream and target, not the box
+around them; the box wins for compact liquid (a tile rounds the band up to whole tiles). So a
+substep's time grows with the liquid, not with the room; the pressure system is sized by the
+particle count; the face and node arrays are dense over the room (memory, not time).
 
 Units: SI (m, s, m/s); pressure is solved as ``p * dt / rho`` (m^2/s).
 """
@@ -68,13 +69,16 @@ class Flip3D:
     def __init__(self, batch: int, shape: tuple[int, int, int], dx: float, max_particles: int,
                  max_bodies: int, max_chain_points: int, *, cfl: float, flip_ratio: float,
                  dt_max: float, density_correction: float, settle_speed: float,
-                 particles_per_cell: int = 8):
+                 particles_per_cell: int = 8, region: str = "auto"):
         nx, ny, nz = shape
         self.B, self.nx, self.ny, self.nz, self.dx = batch, nx, ny, nz, dx
         self.P, self.K = max_particles, max_bodies
         self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
         self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
         self.r_particle = 0.25 * dx
+        if region not in ("auto", "tiles", "box"):
+            raise ValueError(f"region must be 'auto', 'tiles' or 'box', got {region!r}")
+        self.region = region  # auto: whichever has fewer cells (update_box); tiles, box: forced
         self.layers = int(np.ceil(cfl)) + 1
         self.pad = self.layers + 2                      # cells of air kept around the liquid
         self.dilation = -(-self.pad // TILE)             # the same, in whole tiles
@@ -130,6 +134,12 @@ class Flip3D:
         self.tile_list = ti.field(ti.i32, shape=(B, T[0] * T[1] * T[2]))
         self.ntiles = ti.field(ti.i32, shape=B)
         self.tile_box = ti.Vector.field(6, ti.i32, shape=B)
+        # the region a substep works on: the active tiles, or the liquid's bounding box padded
+        # by `pad` cells when that box has fewer cells (compact liquid: the tiles' rounding up
+        # would cost more); `nblocks` blocks of cells to loop over (the tiles, or the box)
+        self.box = ti.Vector.field(6, ti.i32, shape=B)            # i0, i1, j0, j1, k0, k1
+        self.use_tiles = ti.field(ti.i32, shape=B)
+        self.nblocks = ti.field(ti.i32, shape=B)
         # pressure system on the liquid cells, lexicographic (i, j, k) order
         self.cells = ti.field(ti.i32, shape=(B, C))
         self.nbr = ti.Vector.field(6, ti.i32, shape=(B, C))       # -x, +x, -y, +y, -z, +z
@@ -224,8 +234,8 @@ class Flip3D:
         """Nodal SDF and velocity, then the faces' open fractions and solid velocities."""
         dx = self.dx
         L = ti.Vector([self.nx, self.ny, self.nz]) * dx
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, ti.Vector([1, 1, 1]))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, ti.Vector([1, 1, 1]))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 p = ti.Vector([i, j, l]) * dx
                 phi = ti.min(p.min(), (L - p).min())  # domain walls
@@ -240,8 +250,8 @@ class Flip3D:
                 self.vnode[b, i, j, l] = vel
         for a in ti.static(range(3)):
             e, e1, e2 = unit(a), unit((a + 1) % 3), unit((a + 2) % 3)
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     I = ti.Vector([i, j, l])
                     # A face next to an empty solid-centred cell is closed (see flip2d.update_solids).
@@ -286,8 +296,8 @@ class Flip3D:
     @ti.func
     def splat_density(self, b):
         """Particle count per cell and the trilinear number density at cell centres (1 = rest)."""
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, ti.Vector([0, 0, 0]))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 self.count[b, i, j, l] = 0
                 self.rho[b, i, j, l] = 0.0
@@ -309,16 +319,16 @@ class Flip3D:
     @ti.func
     def particles_to_grid(self, b):
         for a in ti.static(range(3)):
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     self.vel[a][b, i, j, l] = 0.0
                     self.tmp[a][b, i, j, l] = 0.0
         for p in range(self.n[b]):
             self.splat(b, self.x[b, p], self.v[b, p])
         for a in ti.static(range(3)):
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     self.valid[a][b, i, j, l] = 0
                     if self.wgt[a][b, i, j, l] == 0.0:
@@ -333,8 +343,8 @@ class Flip3D:
     def extrapolate(self, b, a: ti.template(), f: ti.template(), valid: ti.template()):
         """Grow valid face velocities of component a (field f) into air, one layer at a time."""
         for layer in ti.static(range(self.layers)):
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     if valid[b, i, j, l] == 0:
                         acc, cnt = 0.0, 0
@@ -348,8 +358,8 @@ class Flip3D:
                         if cnt > 0:
                             f[b, i, j, l] = acc / cnt
                             valid[b, i, j, l] = layer + 2
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, unit(a))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, unit(a))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 if valid[b, i, j, l] == 0:
                     f[b, i, j, l] = 0.0
@@ -400,11 +410,16 @@ class Flip3D:
     # ------------------------------------------------------------------ forces
     @ti.func
     def in_box(self, b, I):
-        """Cell I lies in an active tile."""
+        """Cell I lies in the region (an active tile, or the box)."""
         res = False
-        if (I >= 0).all() and (I < ti.Vector([self.nx, self.ny, self.nz])).all():
-            t = I // TILE
-            res = self.tile_on[b, t[0], t[1], t[2]] == 1
+        if self.use_tiles[b] == 1:
+            if (I >= 0).all() and (I < ti.Vector([self.nx, self.ny, self.nz])).all():
+                t = I // TILE
+                res = self.tile_on[b, t[0], t[1], t[2]] == 1
+        else:
+            bx = self.box[b]
+            res = (bx[0] <= I[0] and I[0] < bx[1] and bx[2] <= I[1] and I[1] < bx[3]
+                   and bx[4] <= I[2] and I[2] < bx[5])
         return res
 
     @ti.func
@@ -413,11 +428,24 @@ class Flip3D:
         return self.in_box(b, J) or self.in_box(b, J - unit(a))
 
     @ti.func
+    def block_range(self, b, t, ext):
+        """Index range [lo, hi) of the region's t-th block of cells: the box, or the t-th active
+        tile, extended by one along each axis where ``ext`` is 1 (to take in the nodes or faces
+        on its upper side; for a tile only where the next tile, which would hold them, is
+        inactive); clipped to the grid, [0, n + ext)."""
+        lo = ti.Vector([0, 0, 0])
+        hi = ti.Vector([0, 0, 0])
+        if self.use_tiles[b] == 0:
+            bx = self.box[b]
+            lo = ti.Vector([bx[0], bx[2], bx[4]])
+            hi = ti.Vector([bx[1], bx[3], bx[5]]) + ext
+        else:
+            lo, hi = self.tile_range(b, t, ext)
+        return lo, ti.min(hi, ti.Vector([self.nx, self.ny, self.nz]) + ext)
+
+    @ti.func
     def tile_range(self, b, t, ext):
-        """Index range [lo, hi) of the t-th active tile's cells, extended by one along each axis
-        where ``ext`` is 1 and the next tile is inactive, to take in the nodes or faces on its
-        upper side (a node or face there that a neighbour tile does not cover); clipped to the
-        grid, [0, n + ext)."""
+        """:meth:`block_range` of the t-th active tile (not clipped)."""
         T = ti.Vector([self.tiles[0], self.tiles[1], self.tiles[2]])
         code = self.tile_list[b, t]
         tc = ti.Vector([code // (T[1] * T[2]), (code // T[2]) % T[1], code % T[2]])
@@ -428,7 +456,7 @@ class Flip3D:
                 up = tc + unit(a)
                 if up[a] >= T[a] or self.tile_on[b, up[0], up[1], up[2]] == 0:
                     hi[a] += 1
-        return lo, ti.min(hi, ti.Vector([self.nx, self.ny, self.nz]) + ext)
+        return lo, hi
 
     @ti.func
     def clamp_cell(self, I):
@@ -465,8 +493,8 @@ class Flip3D:
         om = om0 + al * tm
         gl = (self.frame_R0[b] @ rotation(om0 * tm + 0.5 * al * tm * tm)).transpose() @ g
         for a in ti.static(range(3)):
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     if self.wgt[a][b, i, j, l] > 0.0:
                         f = g[a]
@@ -488,12 +516,12 @@ class Flip3D:
         """Explicit u += dt nu lap(u) on component a (field f): no-slip against solids, zero
         gradient into air."""
         c = dt * self.nu[b] / (self.dx * self.dx)
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, unit(a))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, unit(a))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 tmp[b, i, j, l] = f[b, i, j, l]
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, unit(a))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, unit(a))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 I = ti.Vector([i, j, l])
                 near = (self.count_at(b, I - unit(a)) + self.count_at(b, I)) > 0
@@ -516,8 +544,8 @@ class Flip3D:
     def build_pressure_system(self, b, dt):
         ny, nz, dx = self.ny, self.nz, self.dx
         m = 0
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, ti.Vector([0, 0, 0]))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 self.cell_id[b, i, j, l] = -1
                 open_sum = 0.0
@@ -652,8 +680,8 @@ class Flip3D:
         m = self.build_pressure_system(b, dt)
         iters = self.solve_pressure(b, m)
         for a in ti.static(range(3)):
-            for tile in range(self.ntiles[b]):
-                tlo, thi = self.tile_range(b, tile, unit(a))
+            for blk in range(self.nblocks[b]):
+                tlo, thi = self.block_range(b, blk, unit(a))
                 for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                     I = ti.Vector([i, j, l])
                     lo, hi = I - unit(a), I
@@ -718,20 +746,26 @@ class Flip3D:
     # ------------------------------------------------------------------ step
     @ti.func
     def update_box(self, b):
-        """The active tiles: those within ``dilation`` tiles of a tile holding a particle."""
+        """The region of the next passes: the active tiles (within ``dilation`` tiles of a tile
+        holding a particle) or, if it has fewer cells, the liquid's box padded by ``pad``."""
         T = ti.Vector([self.tiles[0], self.tiles[1], self.tiles[2]])
         tb = self.tile_box[b]
         for i, j, l in ti.ndrange((tb[0], tb[1]), (tb[2], tb[3]), (tb[4], tb[5])):
             self.tile_mark[b, i, j, l] = 0
             self.tile_on[b, i, j, l] = 0
-        lo = T
-        hi = ti.Vector([-1, -1, -1])
-        last = ti.Vector([self.nx, self.ny, self.nz]) - 1
+        n_cells = ti.Vector([self.nx, self.ny, self.nz])
+        clo = n_cells
+        chi = ti.Vector([0, 0, 0])
         for p in range(self.n[b]):
-            c = ti.min(ti.max(ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32), 0), last) // TILE
-            self.tile_mark[b, c[0], c[1], c[2]] = 1
-            lo = ti.min(lo, c)
-            hi = ti.max(hi, c)
+            c = ti.min(ti.max(ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32), 0), n_cells - 1)
+            self.tile_mark[b, c[0] // TILE, c[1] // TILE, c[2] // TILE] = 1
+            clo = ti.min(clo, c)
+            chi = ti.max(chi, c)
+        blo = ti.max(clo - self.pad, 0)
+        bhi = ti.min(chi + 1 + self.pad, n_cells)
+        self.box[b] = ti.Vector([blo[0], bhi[0], blo[1], bhi[1], blo[2], bhi[2]])
+        lo = clo // TILE
+        hi = chi // TILE
         D = self.dilation
         lo = ti.max(lo - D, 0)
         hi = ti.min(hi + 1 + D, T)
@@ -748,6 +782,10 @@ class Flip3D:
                 self.tile_list[b, m] = (i * T[1] + j) * T[2] + l
                 m += 1
         self.ntiles[b] = m
+        box_cells = ti.max(bhi - blo, 0)
+        fewer = m * TILE ** 3 < box_cells[0] * box_cells[1] * box_cells[2]
+        self.use_tiles[b] = fewer if ti.static(self.region == "auto") else ti.static(self.region == "tiles")
+        self.nblocks[b] = m if self.use_tiles[b] == 1 else 1
 
     @ti.func
     def substep(self, b, t, dt):
@@ -788,8 +826,8 @@ class Flip3D:
         self.update_box(b)
         self.splat_density(b)
         vol = 0.0
-        for tile in range(self.ntiles[b]):
-            tlo, thi = self.tile_range(b, tile, ti.Vector([0, 0, 0]))
+        for blk in range(self.nblocks[b]):
+            tlo, thi = self.block_range(b, blk, ti.Vector([0, 0, 0]))
             for i, j, l in ti.ndrange((tlo[0], thi[0]), (tlo[1], thi[1]), (tlo[2], thi[2])):
                 vol += ti.min(self.rho[b, i, j, l], 1.0)
         self.diagnostics[b, D_IN_FLIGHT] = in_flight

@@ -43,6 +43,7 @@ class World3D(BatchWorld):
     MAX_CELLS = 512
     VISCOUS_DT_LIMIT = 0.16   # explicit viscosity is stable for dt * nu / dx^2 <= 1/6 in 3D
     OPTIMIZE_IR = False       # 21 s to compile instead of 262 s, 8 % slower (backend.init)
+    REGION = "auto"           # the solver's region: active tiles or box, whichever is smaller
     LIQUID_MEASURE = "volume"
     container_type = Container3
 
@@ -152,7 +153,7 @@ class World3D(BatchWorld):
         from .flip3d import Flip3D
 
         return Flip3D(self.batch_size, self.shape, self.dx, capacity, max(self._pose.shape[1], 1),
-                      MAX_CHAIN_POINTS, **self._params)
+                      MAX_CHAIN_POINTS, region=self.REGION, **self._params)
 
     def _upload_settings(self) -> None:
         self._upload_viscosity()
