@@ -87,6 +87,23 @@ def test_agent_options_from_configs():
     assert spec == ("sqp", {"final_lean": 2.0, "replan_every": 5})
 
 
+def test_agents_that_need_no_checkpoint_build_from_their_configs():
+    """``evaluate agent=<name>`` builds each agent from its whole config (rh's holds its
+    training options too) and it acts."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = gym.make("taigym/Pour-v0", fidelity="simplified")
+    for name in ("scripted", "random", "rh", "cmaes", "sqp"):
+        cfg = compose("evaluate", [f"agent={name}"])
+        agent = _common.build_agent(name, env, _common.agent_options(cfg.agent, cfg.planner))
+        if name == "rh":
+            obs, info = env.reset(seed=0)
+            agent.reset(seed=0)
+            a = agent.act(obs, info)
+            assert env.action_space.contains(np.asarray(a, np.float32)), name
+
+
 def test_statistics():
     lo, hi = _common.wilson(3, 3)
     assert 0.43 < lo < 0.44 and hi == 1.0                       # Wilson, not the degenerate Wald [1, 1]

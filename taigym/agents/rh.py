@@ -393,6 +393,8 @@ class RHAgent(Agent):
 
     def __init__(self, env, checkpoint: str | Path | None = None, net: LiquidNet | None = None,
                  meta: dict | None = None, **cfg):
+        # the training options (conf/agent/rh.yaml holds both) do not change how it plans
+        cfg = {k: v for k, v in cfg.items() if k not in TRAIN_DEFAULTS}
         unknown = set(cfg) - set(PLANNER_DEFAULTS)
         if unknown:
             raise ValueError(f"unknown rh option(s): {', '.join(sorted(unknown))}; accepted: "
