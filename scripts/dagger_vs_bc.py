@@ -149,6 +149,8 @@ def main(argv=None) -> dict:
                    help="policy inputs: the observation with T's predicted path relative to S (auto on Pour) "
                         "or alone")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--members", type=int, default=1,
+                   help="ensemble size of both policies (independently initialised MLPs, mean action)")
     p.add_argument("--see-all-obs", action="store_true",
                    help="let the policies see S's velocity and the older heightfield/lip frames (by default "
                         "they do not: a cloned policy copies its last action from them)")
@@ -166,13 +168,20 @@ def main(argv=None) -> dict:
 
     out = Path(args.out or f"out/dagger_vs_bc/{args.expert}")
     out.mkdir(parents=True, exist_ok=True)
+    # DAgger's round 0 and BC record the same expert episodes (task i, seed i): one directory
+    (out / "demos").mkdir(exist_ok=True)
+    for run in ("dagger", "bc"):
+        (out / run).mkdir(exist_ok=True)
+        if not (out / run / "demos").exists():
+            (out / run / "demos").symlink_to(Path("..") / "demos", target_is_directory=True)
     mk = functools.partial(make_env, "simplified", args.obs_mode)
     env = mk()
     expert = make(args.expert, env, **({"track_gain": args.gain} if args.expert == "sqp" else {}))
     dim = env.observation_space.shape[0]
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
-    common = dict(hidden=args.hidden, ignore_obs=ignore, features=args.features, max_epochs=args.max_epochs,
+    common = dict(hidden=args.hidden, members=args.members, ignore_obs=ignore, features=args.features,
+                  max_epochs=args.max_epochs,
                   seed=args.seed, weight_decay=args.weight_decay, workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()
@@ -192,7 +201,9 @@ def main(argv=None) -> dict:
           f"{dag.meta['expert_plans']} expert plans), selected round {dag.meta['selected_round']}; "
           f"BC on {labels} expert labels", flush=True)
     t0 = time.perf_counter()
-    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=0), out / "bc", _Quiet(), expert=expert)
+    # BC keeps DAgger's validation tasks out of its demonstrations too (and reports its success there)
+    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=args.val_episodes), out / "bc", _Quiet(),
+                   expert=expert)
     t_bc = time.perf_counter() - t0
     print(f"BC: {bca.meta['labels']} labels from {bca.meta['demo_kept']} successful of "
           f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs", flush=True)
@@ -214,7 +225,7 @@ def main(argv=None) -> dict:
     fastest = min(names, key=lambda n: results[n]["act_ms"]) if names else "dagger"
     print()
     print(table({n: results[n] for n in names + ["bc", "dagger"]}, fastest))
-    figures = {"expert": args.expert, "gain": args.gain, "relabel": args.relabel, "relabel_every": args.relabel_every,
+    figures = {"expert": args.expert, "gain": args.gain, "members": args.members, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),

@@ -2,7 +2,8 @@
 ``bc`` and ``dagger``.
 
 * :class:`MLPPolicy`: ``obs -> features -> mask * (x - mean) / std -> [Linear, ReLU] x
-  len(hidden) -> Linear``; the features (:mod:`taigym.agents.features`, NumPy, applied by
+  len(hidden) -> Linear``, or the mean of ``members`` such MLPs (an ensemble: independent
+  initialisations, trained on the same minibatches, each on its own MSE); the features (:mod:`taigym.agents.features`, NumPy, applied by
   :meth:`MLPPolicy.featurize` before the torch forward pass) append T's predicted path
   relative to S and S's start pose on Pour-v0; the normalisation statistics and the mask (0
   for the ``ignore_obs`` entries) are buffers (saved with the weights). Ignoring S's velocity
@@ -51,6 +52,7 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
     seed=0,                 # seeds the initialisation, the split and the minibatch order
     threads=1,              # torch intra-op threads while training (the machine is shared)
     features="auto",        # input features (taigym.agents.features): auto | target_path | none
+    members=1,              # ensemble size: independently initialised MLPs, the action is their mean
 )
 
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -107,21 +109,29 @@ class MLPPolicy(nn.Module):
     :mod:`taigym.agents.features` (None: the observation alone). :meth:`forward` takes
     featurized inputs (``in_dim`` entries): call :meth:`featurize` on observations first."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=(), features: dict | None = None):
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), ignore_obs=(), features: dict | None = None,
+                 members: int = 1):
         super().__init__()
         ignore = [int(i) for i in ignore_obs]
         if any(not 0 <= i < int(obs_dim) for i in ignore):
             raise ValueError(f"ignore_obs must hold indices in [0, {int(obs_dim) - 1}], got {list(ignore_obs)}")
+        if not (isinstance(members, int) and members >= 1):
+            raise ValueError(f"members must be an integer >= 1, got {members!r}")
         self.obs_dim, self.act_dim, self.hidden = int(obs_dim), int(act_dim), [int(h) for h in hidden]
+        self.members = int(members)
         self.features = dict(features or {"kind": "none"})
         self.in_dim = self.obs_dim + _features.extra_dim(self.features)
-        layers: list[nn.Module] = []
-        last = self.in_dim
-        for h in self.hidden:
-            layers += [nn.Linear(last, h), nn.ReLU()]
-            last = h
-        layers.append(nn.Linear(last, self.act_dim))
-        self.net = nn.Sequential(*layers)
+
+        def mlp() -> nn.Sequential:
+            layers: list[nn.Module] = []
+            last = self.in_dim
+            for h in self.hidden:
+                layers += [nn.Linear(last, h), nn.ReLU()]
+                last = h
+            layers.append(nn.Linear(last, self.act_dim))
+            return nn.Sequential(*layers)
+
+        self.nets = nn.ModuleList([mlp() for _ in range(self.members)])
         self.register_buffer("obs_mean", torch.zeros(self.in_dim))
         self.register_buffer("obs_std", torch.ones(self.in_dim))
         mask = torch.ones(self.in_dim)
@@ -139,17 +149,24 @@ class MLPPolicy(nn.Module):
         self.obs_mean.copy_(torch.as_tensor(obs.mean(0), dtype=torch.float32))
         self.obs_std.copy_(torch.as_tensor(np.maximum(obs.std(0), STD_FLOOR), dtype=torch.float32))
 
+    def forward_members(self, obs: torch.Tensor) -> torch.Tensor:
+        """Each member's action, (members, n, act_dim)."""
+        x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED) * self.obs_mask
+        return torch.stack([net(x) for net in self.nets])
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED)
-        return self.net(x * self.obs_mask)
+        return self.forward_members(obs).mean(0)
 
     def numpy_params(self) -> dict:
-        """A picklable float64 copy of everything the forward pass needs (for NumPy inference)."""
-        lin = [m for m in self.net if isinstance(m, nn.Linear)]
+        """A picklable float64 copy of everything the forward pass needs (for NumPy inference):
+        per layer, the members' weights stacked, ``W`` (members, in, out) and ``b`` (members, 1, out)."""
+        lins = [[m for m in net if isinstance(m, nn.Linear)] for net in self.nets]
         return {"mean": self.obs_mean.double().numpy().copy(), "std": self.obs_std.double().numpy().copy(),
                 "mask": self.obs_mask.double().numpy().copy(), "features": copy.deepcopy(self.features),
-                "W": [m.weight.detach().double().numpy().T.copy() for m in lin],
-                "b": [m.bias.detach().double().numpy().copy() for m in lin]}
+                "W": [np.stack([lin[i].weight.detach().double().numpy().T for lin in lins])
+                      for i in range(len(lins[0]))],
+                "b": [np.stack([lin[i].bias.detach().double().numpy()[None] for lin in lins])
+                      for i in range(len(lins[0]))]}
 
 
 class NumpyPolicy:
@@ -173,12 +190,13 @@ class NumpyPolicy:
         obs = _features.featurize(obs, p.get("features"), self.start)
         x = np.clip((np.asarray(obs, np.float64) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
+        x = x[None, None]                # (1, 1, in): broadcast over the members
         n = len(p["W"])
         for i, (W, b) in enumerate(zip(p["W"], p["b"])):
-            x = x @ W + b
+            x = x @ W + b                # (members, 1, in) @ (members, in, out) -> (members, 1, out)
             if i < n - 1:
                 np.maximum(x, 0.0, out=x)
-        return np.clip(x, self.low, self.high).astype(np.float32)
+        return np.clip(x.mean(axis=(0, 1)), self.low, self.high).astype(np.float32)
 
 
 class PolicyAgent(Agent):
@@ -245,6 +263,7 @@ class PolicyAgent(Agent):
         torch_save_atomic({"format": "taigym-mlp-policy/1", "agent": self.name,
                            "obs_dim": self.policy.obs_dim, "act_dim": self.policy.act_dim,
                            "hidden": self.policy.hidden, "features": self.policy.features,
+                           "members": self.policy.members,
                            "state_dict": self.policy.state_dict(),
                            "meta": self.meta}, path)
 
@@ -260,7 +279,9 @@ def _read_policy(path: str | Path) -> tuple[MLPPolicy, dict]:
         raise ValueError(f"{path} is not a saved taigym MLP policy")
     state = dict(d["state_dict"])
     state.setdefault("obs_mask", torch.ones(d["obs_dim"]))          # saved before ignore_obs existed
-    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"], features=d.get("features"))  # None: before features
+    state = {("nets.0." + k[4:] if k.startswith("net.") else k): v for k, v in state.items()}  # before members
+    policy = MLPPolicy(d["obs_dim"], d["act_dim"], d["hidden"], features=d.get("features"),  # None: before features
+                       members=int(d.get("members", 1)))
     policy.load_state_dict(state)
     policy.eval()
     return policy, dict(d.get("meta", {}))
@@ -352,7 +373,7 @@ class Fit:
                 for i in range(0, len(perm), bs):
                     idx = perm[i:i + bs]
                     x, y = torch.as_tensor(self.obs[idx]), torch.as_tensor(self.act[idx])
-                    loss = ((self.policy(x) - y) ** 2).mean()
+                    loss = ((self.policy.forward_members(x) - y) ** 2).mean()   # members' MSEs, averaged
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
                     self.opt.step()
