@@ -111,7 +111,17 @@ def evaluate_agent(env, agent, tasks, seed: int) -> dict:
     for k in ("in_target", "spilled"):
         m, lo, hi = mean_ci([r[k] for r in rows])
         out[k], out[f"{k}_ci95"] = m, [lo, hi]
+    out["failures"] = failure_kinds(rows)
     return out
+
+
+def failure_kinds(rows) -> dict:
+    """Failed episodes by kind: spilled (> 5 %, the success limit), poured late or not at all
+    (>= 10 % still in S), or short of T otherwise (in flight at the end, or T's 90 % missed)."""
+    fails = [r for r in rows if not r["success"]]
+    spill = sum(r["spilled"] > 0.05 for r in fails)
+    left = sum(r["spilled"] <= 0.05 and r["in_source"] >= 0.1 for r in fails)
+    return {"failed": len(fails), "spilled": spill, "left_in_source": left, "other": len(fails) - spill - left}
 
 
 def table(results: dict, expert: str) -> str:
@@ -151,6 +161,8 @@ def main(argv=None) -> dict:
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     p.add_argument("--members", type=int, default=1,
                    help="ensemble size of both policies (independently initialised MLPs, mean action)")
+    p.add_argument("--input-noise", type=float, default=0.0,
+                   help="both policies: Gaussian noise on the normalised inputs while training (x each input's std)")
     p.add_argument("--see-all-obs", action="store_true",
                    help="let the policies see S's velocity and the older heightfield/lip frames (by default "
                         "they do not: a cloned policy copies its last action from them)")
@@ -180,7 +192,8 @@ def main(argv=None) -> dict:
     dim = env.observation_space.shape[0]
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
-    common = dict(hidden=args.hidden, members=args.members, ignore_obs=ignore, features=args.features,
+    common = dict(hidden=args.hidden, members=args.members, input_noise=args.input_noise, ignore_obs=ignore,
+                  features=args.features,
                   max_epochs=args.max_epochs,
                   seed=args.seed, weight_decay=args.weight_decay, workers=args.workers,
                   progress=sys.stderr.isatty())
@@ -206,7 +219,8 @@ def main(argv=None) -> dict:
                    expert=expert)
     t_bc = time.perf_counter() - t0
     print(f"BC: {bca.meta['labels']} labels from {bca.meta['demo_kept']} successful of "
-          f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs", flush=True)
+          f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs"
+          + (f", validation success {bca.meta['val_success']:.2f}" if "val_success" in bca.meta else ""), flush=True)
 
     tasks = taigym.envs.tasks("pour", split="eval")[:args.eval_tasks]
     results = {}
@@ -225,7 +239,8 @@ def main(argv=None) -> dict:
     fastest = min(names, key=lambda n: results[n]["act_ms"]) if names else "dagger"
     print()
     print(table({n: results[n] for n in names + ["bc", "dagger"]}, fastest))
-    figures = {"expert": args.expert, "gain": args.gain, "members": args.members, "relabel": args.relabel, "relabel_every": args.relabel_every,
+    figures = {"expert": args.expert, "gain": args.gain, "members": args.members,
+               "input_noise": args.input_noise, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),

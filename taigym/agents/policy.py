@@ -383,11 +383,13 @@ class Fit:
                     x, y = torch.as_tensor(self.obs[idx]), torch.as_tensor(self.act[idx])
                     if noise > 0:            # in units of each input's std (the normalisation's)
                         x = x + noise * self.policy.obs_std * torch.randn(x.shape, generator=self.torch_gen)
-                    loss = ((self.policy.forward_members(x) - y) ** 2).mean()   # members' MSEs, averaged
+                    # the members' MSEs summed: each member's gradient is the one it would get alone
+                    # (averaged, Adam's weight decay would weigh K times more against it)
+                    loss = ((self.policy.forward_members(x) - y) ** 2).mean(dim=(1, 2)).sum()
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
                     self.opt.step()
-                    total += float(loss.detach()) * len(idx)
+                    total += float(loss.detach()) / self.policy.members * len(idx)
                     count += len(idx)
                 self.policy.eval()
                 self.epoch += 1
