@@ -29,8 +29,13 @@ from those a cloned policy copies its own last action, fits the demonstrations (
 0.0006) and drifts in closed loop. An sqp replan is warm-started and continues S's motion, so its
 DAgger labels agree with the plan it replaces.
 
+``--input-noise`` (Gaussian noise on the normalised inputs while training) and ``--members`` (an
+ensemble of MLPs, mean action) apply to both policies alike. BC keeps DAgger's validation tasks out
+of its demonstrations, and failures are counted by kind (spilled, left in S, other).
+
 Both trainings live in ``--out`` (``dagger/``, ``bc/``) and checkpoint there: rerunning the same
-command after an interruption resumes them; the evaluations are rerun.
+command after an interruption resumes them; the evaluations are rerun. DAgger's round 0 and BC
+record the same expert episodes (task i, seed i) in one directory, ``--out``/``demos``.
 """
 
 from __future__ import annotations
