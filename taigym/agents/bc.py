@@ -117,8 +117,9 @@ def learning_task(env, i: int, reserve: int) -> tuple[int, object]:
 
 
 def validation_tasks(env, n: int):
-    """The last ``n`` train-split tasks (never used for demonstrations unless the train split
-    is exhausted): rollouts that select and monitor without touching the eval split."""
+    """The last ``n`` train-split tasks (never used for demonstrations or DAgger's rollouts on
+    Pour-v0, which continue with :func:`learning_task`'s further tasks; other families wrap around
+    to the first tasks): rollouts that select and monitor without touching the eval split."""
     t = train_tasks(env)
     return list(t[len(t) - int(n):]) if n > 0 else []
 

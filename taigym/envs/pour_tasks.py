@@ -60,7 +60,7 @@ SPLIT_SIZES = {"train": 1000, "eval": 100}
 MAX_OBSTACLES = 2                   #: static boxes per task (the env's world has this many slots)
 OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
 _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
-_EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_tasks: more tasks from the train distribution
+_EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_task: more tasks from the train distribution
 
 
 def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
