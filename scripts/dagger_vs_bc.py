@@ -29,8 +29,13 @@ from those a cloned policy copies its own last action, fits the demonstrations (
 0.0006) and drifts in closed loop. An sqp replan is warm-started and continues S's motion, so its
 DAgger labels agree with the plan it replaces.
 
+``--input-noise`` (Gaussian noise on the normalised inputs while training) and ``--members`` (an
+ensemble of MLPs, mean action) apply to both policies alike. BC keeps DAgger's validation tasks out
+of its demonstrations, and failures are counted by kind (spilled, left in S, other).
+
 Both trainings live in ``--out`` (``dagger/``, ``bc/``) and checkpoint there: rerunning the same
-command after an interruption resumes them; the evaluations are rerun.
+command after an interruption resumes them; the evaluations are rerun. DAgger's round 0 and BC
+record the same expert episodes (task i, seed i) in one directory, ``--out``/``demos``.
 """
 
 from __future__ import annotations
@@ -111,7 +116,17 @@ def evaluate_agent(env, agent, tasks, seed: int) -> dict:
     for k in ("in_target", "spilled"):
         m, lo, hi = mean_ci([r[k] for r in rows])
         out[k], out[f"{k}_ci95"] = m, [lo, hi]
+    out["failures"] = failure_kinds(rows)
     return out
+
+
+def failure_kinds(rows) -> dict:
+    """Failed episodes by kind: spilled (> 5 %, the success limit), poured late or not at all
+    (>= 10 % still in S), or short of T otherwise (in flight at the end, or T's 90 % missed)."""
+    fails = [r for r in rows if not r["success"]]
+    spill = sum(r["spilled"] > 0.05 for r in fails)
+    left = sum(r["spilled"] <= 0.05 and r["in_source"] >= 0.1 for r in fails)
+    return {"failed": len(fails), "spilled": spill, "left_in_source": left, "other": len(fails) - spill - left}
 
 
 def table(results: dict, expert: str) -> str:
@@ -149,6 +164,10 @@ def main(argv=None) -> dict:
                    help="policy inputs: the observation with T's predicted path relative to S (auto on Pour) "
                         "or alone")
     p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--members", type=int, default=1,
+                   help="ensemble size of both policies (independently initialised MLPs, mean action)")
+    p.add_argument("--input-noise", type=float, default=0.0,
+                   help="both policies: Gaussian noise on the normalised inputs while training (x each input's std)")
     p.add_argument("--see-all-obs", action="store_true",
                    help="let the policies see S's velocity and the older heightfield/lip frames (by default "
                         "they do not: a cloned policy copies its last action from them)")
@@ -166,13 +185,21 @@ def main(argv=None) -> dict:
 
     out = Path(args.out or f"out/dagger_vs_bc/{args.expert}")
     out.mkdir(parents=True, exist_ok=True)
+    # DAgger's round 0 and BC record the same expert episodes (task i, seed i): one directory
+    (out / "demos").mkdir(exist_ok=True)
+    for run in ("dagger", "bc"):
+        (out / run).mkdir(exist_ok=True)
+        if not (out / run / "demos").exists():
+            (out / run / "demos").symlink_to(Path("..") / "demos", target_is_directory=True)
     mk = functools.partial(make_env, "simplified", args.obs_mode)
     env = mk()
     expert = make(args.expert, env, **({"track_gain": args.gain} if args.expert == "sqp" else {}))
     dim = env.observation_space.shape[0]
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
-    common = dict(hidden=args.hidden, ignore_obs=ignore, features=args.features, max_epochs=args.max_epochs,
+    common = dict(hidden=args.hidden, members=args.members, input_noise=args.input_noise, ignore_obs=ignore,
+                  features=args.features,
+                  max_epochs=args.max_epochs,
                   seed=args.seed, weight_decay=args.weight_decay, workers=args.workers,
                   progress=sys.stderr.isatty())
     t0 = time.perf_counter()
@@ -192,10 +219,13 @@ def main(argv=None) -> dict:
           f"{dag.meta['expert_plans']} expert plans), selected round {dag.meta['selected_round']}; "
           f"BC on {labels} expert labels", flush=True)
     t0 = time.perf_counter()
-    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=0), out / "bc", _Quiet(), expert=expert)
+    # BC keeps DAgger's validation tasks out of its demonstrations too (and reports its success there)
+    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=args.val_episodes), out / "bc", _Quiet(),
+                   expert=expert)
     t_bc = time.perf_counter() - t0
     print(f"BC: {bca.meta['labels']} labels from {bca.meta['demo_kept']} successful of "
-          f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs", flush=True)
+          f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs"
+          + (f", validation success {bca.meta['val_success']:.2f}" if "val_success" in bca.meta else ""), flush=True)
 
     tasks = taigym.envs.tasks("pour", split="eval")[:args.eval_tasks]
     results = {}
@@ -214,7 +244,8 @@ def main(argv=None) -> dict:
     fastest = min(names, key=lambda n: results[n]["act_ms"]) if names else "dagger"
     print()
     print(table({n: results[n] for n in names + ["bc", "dagger"]}, fastest))
-    figures = {"expert": args.expert, "gain": args.gain, "relabel": args.relabel, "relabel_every": args.relabel_every,
+    figures = {"expert": args.expert, "gain": args.gain, "members": args.members,
+               "input_noise": args.input_noise, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),

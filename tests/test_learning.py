@@ -349,3 +349,55 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None], start=first)[0], atol=1e-5)
     with pytest.raises(ValueError, match="start"):
         features.featurize(obs, spec)
+
+
+def test_ensemble_acts_with_the_mean_of_its_members(tmp_path):
+    """members=K: K independently initialised MLPs whose mean action the agent applies (NumPy
+    and torch agree), saved and loaded whole; a policy saved before ensembles still loads."""
+    from taigym.agents.policy import MLPPolicy
+
+    env = make_env()
+    torch.manual_seed(0)
+    dim = env.observation_space.shape[0]
+    obs = np.stack([env.observation_space.sample() for _ in range(32)])
+    policy = MLPPolicy(dim, 3, [16, 16], members=3)
+    policy.set_normalisation(obs)
+    each = policy.forward_members(torch.as_tensor(obs)).detach().numpy()
+    assert each.shape == (3, 32, 3) and np.ptp(each, axis=0).max() > 0.05     # the members differ
+    agent = PolicyAgent(env, policy=policy)
+    np.testing.assert_allclose(agent.act(obs[0], {}), np.clip(each[:, 0].mean(0), -1, 1), atol=1e-5)
+    np.testing.assert_allclose(agent.act_batch(obs), np.clip(each.mean(0), -1, 1), atol=1e-5)
+    agent.save(tmp_path / "p.pt")
+    again = PolicyAgent.load(tmp_path / "p.pt", env)
+    assert again.policy.members == 3
+    np.testing.assert_array_equal(again.act_batch(obs), agent.act_batch(obs))
+    # the format before members: one MLP whose layers were named net.*
+    single = MLPPolicy(dim, 3, [16], members=1)
+    single.set_normalisation(obs)
+    d = torch.load(tmp_path / "p.pt", weights_only=False)
+    d.pop("members")
+    d["hidden"] = [16]
+    d["state_dict"] = {k.replace("nets.0.", "net."): v for k, v in single.state_dict().items()}
+    torch.save(d, tmp_path / "old.pt")
+    old = PolicyAgent.load(tmp_path / "old.pt", env)
+    np.testing.assert_array_equal(old.act_batch(obs), PolicyAgent(env, policy=single).act_batch(obs))
+    with pytest.raises(ValueError, match="members"):
+        MLPPolicy(dim, 3, [16], members=0)
+
+
+def test_learning_tasks_continue_past_the_train_split():
+    """Demonstrations and DAgger rollouts take the train split's tasks but the validation ones,
+    then further tasks of the same distribution, new to both splits and the same on every call."""
+    from taigym.agents.bc import learning_task
+    from taigym.envs.pour_tasks import fingerprint
+
+    env = make_env()
+    train = taigym.envs.tasks("pour", "train")
+    assert learning_task(env, 949, 50) == (949, train[949])
+    more = [learning_task(env, i, 50) for i in range(950, 960)]
+    assert [i for i, _ in more] == list(range(1000, 1010))
+    known = {fingerprint([t]) for t in train + taigym.envs.tasks("pour", "eval")}
+    assert not known & {fingerprint([t]) for _, t in more}
+    assert learning_task(env, 1000, 0) == (1000, more[0][1])
+    xs = [t.target_position[0] for _, t in more]
+    assert np.std(xs) > 0.05                                  # drawn, not one task repeated

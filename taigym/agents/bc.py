@@ -98,9 +98,28 @@ def train_tasks(env):
     return tasks(task_family(env), split="train")
 
 
+def learning_task(env, i: int, reserve: int) -> tuple[int, object]:
+    """(index, task) of the ``i``-th task to learn from (demonstrations, DAgger's rollouts): the
+    train split's tasks but its last ``reserve`` (validation), then on Pour-v0 tasks 1000, 1001,
+    ... from :func:`~taigym.envs.pour_tasks.extra_train_task` (the same distribution, another
+    seed: more demonstrations help the cloned policy most, README); other families wrap around."""
+    from taigym.data.collect import task_family
+
+    tasks = train_tasks(env)
+    usable = max(len(tasks) - int(reserve), 1)
+    if i < usable:
+        return i, tasks[i]
+    if task_family(env) == "pour":
+        from taigym.envs.pour_tasks import extra_train_task
+
+        return len(tasks) + i - usable, extra_train_task(i - usable)
+    return i % usable, tasks[i % usable]
+
+
 def validation_tasks(env, n: int):
-    """The last ``n`` train-split tasks (never used for demonstrations unless the train split
-    is exhausted): rollouts that select and monitor without touching the eval split."""
+    """The last ``n`` train-split tasks (never used for demonstrations or DAgger's rollouts on
+    Pour-v0, which continue with :func:`learning_task`'s further tasks; other families wrap around
+    to the first tasks): rollouts that select and monitor without touching the eval split."""
     t = train_tasks(env)
     return list(t[len(t) - int(n):]) if n > 0 else []
 
@@ -123,22 +142,22 @@ def start_rows(episodes, groups: np.ndarray) -> np.ndarray:
 def expert_demos(make_env, env, expert, cfg: dict, out_dir: Path, *, start: int = 0, seed0: int = 0):
     """Expert episodes on train tasks ``start..``: ``cfg["episodes"]`` of them, or, with
     ``max_labels``, as many as it takes to keep that many labels. Returns (kept, all)."""
-    from taigym.data.collect import collect, make_job
+    from taigym.data.collect import collect, make_job, task_family
 
-    tasks = train_tasks(env)
     reserve = int(cfg.get("eval_episodes") or 0)
-    usable = max(len(tasks) - reserve, 1)
     budget = cfg.get("max_labels")
     target = int(cfg["episodes"]) if budget is None else math.inf
     chunk = max(int(cfg["workers"]), 1) * 4
     all_eps: list = []
     i = 0
+    # a label budget on a family that cannot draw more tasks stops at the end of its train split
+    limit = math.inf if task_family(env) == "pour" else len(train_tasks(env)) - reserve
     while i < target:
         n = chunk if budget is not None else int(target - i)
-        if budget is not None and i >= usable:
+        if budget is not None and i >= limit:
             break
-        idx = [(start + k) % usable for k in range(i, i + n)]
-        jobs = [make_job(t, tasks[t], seed=seed0 + start + k, relabel="none") for t, k in zip(idx, range(i, i + n))]
+        jobs = [make_job(*learning_task(env, start + k, reserve), seed=seed0 + start + k, relabel="none")
+                for k in range(i, i + n)]
         all_eps += collect(make_env, expert, jobs, out_dir=out_dir, workers=cfg["workers"], env=env,
                            progress=cfg["progress"], desc="expert demos")
         i += n
@@ -191,7 +210,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     stats["labels"] = int(len(labels))
 
     seed_everything(cfg["seed"])
-    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features)
+    policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features,
+                       members=cfg["members"])
     fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups))
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0

@@ -60,6 +60,7 @@ SPLIT_SIZES = {"train": 1000, "eval": 100}
 MAX_OBSTACLES = 2                   #: static boxes per task (the env's world has this many slots)
 OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
 _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
+_EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_task: more tasks from the train distribution
 
 
 def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
@@ -386,6 +387,21 @@ def pour_tasks(split: str = "train") -> tuple[PourTask, ...]:
     if split not in SPLIT_SIZES:
         raise ValueError(f"split must be one of {tuple(SPLIT_SIZES)}, got {split!r}")
     return _split(split)
+
+
+_EXTRA: list = []                   # extra_train_task's draws so far, and its generator
+_EXTRA_RNG = np.random.default_rng(list(_EXTRA_TRAIN_SEED))
+
+
+def extra_train_task(j: int) -> PourTask:
+    """The ``j``-th of more tasks from the splits' distribution, drawn in order from their own
+    fixed seed (the same on every machine): for learners that need more tasks than the train
+    split's 1000 (disjoint from both splits: continuous draws)."""
+    if not (isinstance(j, int) and j >= 0):
+        raise ValueError(f"j must be an integer >= 0, got {j!r}")
+    while len(_EXTRA) <= j:
+        _EXTRA.append(sample_task(_EXTRA_RNG))
+    return _EXTRA[j]
 
 
 def seed000_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
