@@ -149,8 +149,11 @@ def main(argv: list[str] | None = None) -> dict:
     writer.writerows(rows_out)
     write_atomic(args.out / "metrics.csv", buf.getvalue().encode())
     plot(summaries, args.out / "metrics.png")
-    write_video(frames, args.out / "pour.mp4")
-    print(f"wrote {args.out}/metrics.md, metrics.csv, metrics.png, pour.mp4 ({len(frames)} frames)")
+    written = "metrics.md, metrics.csv, metrics.png"
+    if frames:                                  # --video-episodes 0: no video
+        write_video(frames, args.out / "pour.mp4")
+        written += f", pour.mp4 ({len(frames)} frames)"
+    print(f"wrote {args.out}/{written}")
     figures = {f"{name}_{key}": round(float(s[key]), 4) for name, s in summaries.items()
                for key in ("success_rate", "mean_in_target", "mean_spilled", "latency_ms")}
     print(json.dumps(figures))
