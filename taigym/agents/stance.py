@@ -227,6 +227,12 @@ class StanceAgent(Agent):
                 done = True
             elif timed_out and touching and err < REACH_TOUCH_TOL:
                 done = True         # landed, not flat: a sole flattens when loaded
+            elif (ph["limb"] in hum.HANDS and not ph["grip"] and err < REACH_TOL and len(ph["path"]) == 1
+                  and dist <= LIMB_SPEED * dt and ph["t_way"] > FLAT_WAIT):
+                # a hand held on its planned place (within REACH_TOL) but millimetres short of the
+                # wall for FLAT_WAIT (the arm at full reach, the CoM task holding the body): the
+                # load phase's pressing force closes the gap (it waited out both tries, then held)
+                done = True
             elif timed_out:
                 self._swing_timed_out(ph)
         elif ph["kind"] == "load":

@@ -50,7 +50,8 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
   pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
   of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
   upright).
-* Truncation: at ``horizon`` (default 40 s = 800 steps) or on a blow-up (NaN state,
+* Truncation: at ``horizon`` (default 60 s = 1200 steps of 0.05 s; a climb of 12-16 stances takes
+  30-45 s at the ``stance`` expert's speeds) or on a blow-up (NaN state,
   ``info["sim_unstable"]``).
 
 ## Info (every step, including reset)
@@ -61,7 +62,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ## Arguments
 
-``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=40.0,
+``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=60.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
 effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=0.05)``: ``family`` fixes
 the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a fixed split;
@@ -107,7 +108,7 @@ class MultiContactEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
 
     def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "pd",
-                 horizon: float = 40.0, render_mode: str | None = None, render_size=(240, 320),
+                 horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
                  kd: float = 1.0, control_dt: float = CONTROL_DT):

@@ -60,6 +60,7 @@ POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
 ROT_TOL = 0.02          #: rad, sole orientation residual
 COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margins)
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
+SINGLE_SUPPORT_COST = 3.0   #: search cost (step lengths) of a one-contact stance left by releasing a hand
 STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
 DEBUG = False
 W_CONTACT = 1e6        # IK weights: contacts (per m^2; soles' rotation at a tenth, per rad^2)
@@ -651,7 +652,12 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
                 if stance_key(estimate) in seen:
                     continue
                 counter += 1
-                heapq.heappush(queue, (g + 0.2 + _heuristic(model, estimate, goal), counter, g + 0.2, estimate,
+                # a stance of one contact reached by letting go of a hand (the robot on one sole
+                # with the other foot far behind, then a regrasp) costs more: executed, the shift
+                # onto that sole fell on four step tasks
+                c = 0.2 + (SINGLE_SUPPORT_COST if len(estimate) == 1 and any(x.limb in hum.HANDS for x in stance)
+                           else 0.0)
+                heapq.heappush(queue, (g + c + _heuristic(model, estimate, goal), counter, g + c, estimate,
                                        None, key, move))
         out.status = "exhausted"
         return out
