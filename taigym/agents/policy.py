@@ -3,10 +3,11 @@
 
 * :class:`MLPPolicy`: ``obs -> features -> mask * (x - mean) / std -> [Linear, ReLU] x
   len(hidden) -> Linear``, or the mean of ``members`` such MLPs (an ensemble: independent
-  initialisations, trained on the same minibatches, each on its own MSE); the features (:mod:`taigym.agents.features`, NumPy, applied by
-  :meth:`MLPPolicy.featurize` before the torch forward pass) append T's predicted path
-  relative to S and S's start pose on Pour-v0; the normalisation statistics and the mask (0
-  for the ``ignore_obs`` entries) are buffers (saved with the weights). Ignoring S's velocity
+  initialisations, trained on the same minibatches, each on its own MSE); the features
+  (:mod:`taigym.agents.features`, NumPy, applied by :meth:`MLPPolicy.featurize` before the
+  torch forward pass) append T's predicted path relative to S and S's start pose on Pour-v0;
+  the normalisation statistics and the mask (0 for the ``ignore_obs`` entries) are buffers
+  (saved with the weights). Ignoring S's velocity
   and the older heightfield frames keeps a cloned policy from copying its own last action from
   them (the "copycat" shortcut: a low validation loss and a policy that drifts in closed
   loop). Actions are regressed unsquashed and clipped to the action box when acting.
