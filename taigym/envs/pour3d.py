@@ -85,7 +85,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik
+from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
                    SUCCESS_MAX_SPILLED, _densify, _shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
@@ -279,16 +279,7 @@ class Pour3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (7,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be 7 finite numbers in [-1, 1], got {action!r}")
-        a = np.clip(a, -1.0, 1.0)
-        qd1 = a * MAX_JOINT_SPEED
-        q1 = self.q + 0.5 * (self.qd + qd1) * CONTROL_DT
-        self.clipped = bool(np.any(q1 < JOINT_LOW) or np.any(q1 > JOINT_HIGH))
-        if self.clipped:                         # stop the joints at their limits
-            q1 = np.clip(q1, JOINT_LOW, JOINT_HIGH)
-            qd1 = np.where((q1 == JOINT_LOW) | (q1 == JOINT_HIGH), 0.0, qd1)
+        a, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
         pose0 = self.pose
         pose1 = self.scene.sim_pose(*self.arm.container_pose(q1))
         self.collision = self._blocked(q1, pose0, pose1)

@@ -74,7 +74,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from .panda import CONTAINER_WALL, TO_SIM, PandaArm
+from .panda import CONTAINER_WALL, TO_SIM, PandaArm, joint_step
 from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
@@ -217,15 +217,7 @@ class Transport3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (7,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be 7 finite numbers in [-1, 1], got {action!r}")
-        qd1 = np.clip(a, -1.0, 1.0) * MAX_JOINT_SPEED
-        q1 = self.q + 0.5 * (self.qd + qd1) * CONTROL_DT
-        self.clipped = bool(np.any(q1 < JOINT_LOW) or np.any(q1 > JOINT_HIGH))
-        if self.clipped:                         # stop the joints at their limits
-            q1 = np.clip(q1, JOINT_LOW, JOINT_HIGH)
-            qd1 = np.where((q1 == JOINT_LOW) | (q1 == JOINT_HIGH), 0.0, qd1)
+        _, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
         d_prev = self._distance()
         reward = 0.0
         if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
