@@ -133,6 +133,7 @@ from gymnasium import spaces
 from taigym.sim.constants import MAX_PROBE_COLUMNS
 
 from . import render as _render
+from ._checks import reset_options
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
 
@@ -1138,10 +1139,7 @@ class PourEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        unknown = set(options) - {"task"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s): {', '.join(sorted(unknown))}; accepted: task")
+        options = reset_options(options)
         task = as_task(options["task"]) if options.get("task") is not None else self.cfg.sample(self.np_random)
         jitter = int(self.np_random.integers(2 ** 31))
         self._batch.reset_member(0, task, jitter)

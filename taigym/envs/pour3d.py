@@ -85,6 +85,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from ._checks import reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
                    SUCCESS_MAX_SPILLED, _densify, _shape_features)
@@ -215,10 +216,7 @@ class Pour3DEnv(gym.Env):
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = options or {}
-        unknown = set(options) - {"task"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s): {', '.join(sorted(unknown))}; accepted: task")
+        options = reset_options(options)
         if options.get("task") is not None:
             task = as_task(options["task"])
         elif self.task_split is not None:

@@ -16,6 +16,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from ._checks import reset_options
 from .pour import (CONTROL_DT, make_batch, action_space, as_task, make_config,
                    observation_space)
 
@@ -60,12 +61,9 @@ class PourVectorEnv(VectorEnv):
         # Gymnasium's VectorEnv seeds its own generator from a Python int only; per-member seeds
         # (a list) are handled below
         super().reset(seed=int(seed) if isinstance(seed, (int, np.integer)) else None)
-        options = dict(options or {})
+        options = reset_options(options, ("task", "reset_mask"))
         mask = options.pop("reset_mask", None)
         tasks = options.pop("task", None)
-        if options:
-            raise ValueError(f"unknown reset option(s): {', '.join(sorted(options))}; "
-                             f"accepted: task, reset_mask")
         B = self.num_envs
         if seed is None:
             seeds = [None] * B
