@@ -268,29 +268,41 @@ class Flip2D:
                 self.w_tmp[b, i, j] = self.w_tmp[b, i, j] + wgt
 
     @ti.func
-    def splat_density(self, b):
-        """Particle count per cell and the bilinear number density at cell centres (1 = rest)."""
-        dx = self.dx
+    def clear_density(self, b):
         i0, i1, j0, j1 = self.box[b]
         for i, j in ti.ndrange((i0, i1), (j0, j1)):
             self.count[b, i, j] = 0
             self.rho[b, i, j] = 0.0
-        for p in range(self.n[b]):
-            x = self.x[b, p]
-            ci = ti.min(ti.max(int(x[0] / dx), 0), self.nx - 1)
-            cj = ti.min(ti.max(int(x[1] / dx), 0), self.ny - 1)
-            self.count[b, ci, cj] = self.count[b, ci, cj] + 1
-            fx, fy = x[0] / dx - 0.5, x[1] / dx - 0.5
-            i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
-            ax, ay = fx - i0, fy - j0
-            for di, dj in ti.static(ti.ndrange(2, 2)):
-                i, j = i0 + di, j0 + dj
-                if 0 <= i < self.nx and 0 <= j < self.ny:
-                    wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
-                    self.rho[b, i, j] = self.rho[b, i, j] + (wgt / self.ppc)
 
     @ti.func
-    def particles_to_grid(self, b):
+    def splat_particle_density(self, b, x):
+        """Particle x's count in its cell and its bilinear share of the number density at cell
+        centres (1 = rest)."""
+        dx = self.dx
+        ci = ti.min(ti.max(int(x[0] / dx), 0), self.nx - 1)
+        cj = ti.min(ti.max(int(x[1] / dx), 0), self.ny - 1)
+        self.count[b, ci, cj] = self.count[b, ci, cj] + 1
+        fx, fy = x[0] / dx - 0.5, x[1] / dx - 0.5
+        i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
+        ax, ay = fx - i0, fy - j0
+        for di, dj in ti.static(ti.ndrange(2, 2)):
+            i, j = i0 + di, j0 + dj
+            if 0 <= i < self.nx and 0 <= j < self.ny:
+                wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
+                self.rho[b, i, j] = self.rho[b, i, j] + (wgt / self.ppc)
+
+    @ti.func
+    def splat_density(self, b):
+        """Particle count per cell and the bilinear number density at cell centres."""
+        self.clear_density(b)
+        for p in range(self.n[b]):
+            self.splat_particle_density(b, self.x[b, p])
+
+    @ti.func
+    def splat_particles(self, b):
+        """Density (splat_density) and velocity sums and weights on the faces, in one pass over
+        the particles."""
+        self.clear_density(b)
         i0, i1, j0, j1 = self.box[b]
         for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
             self.u[b, i, j] = 0.0
@@ -299,7 +311,14 @@ class Flip2D:
             self.w[b, i, j] = 0.0
             self.w_tmp[b, i, j] = 0.0
         for p in range(self.n[b]):
-            self.splat(b, self.x[b, p], self.v[b, p])
+            x = self.x[b, p]
+            self.splat_particle_density(b, x)
+            self.splat(b, x, self.v[b, p])
+
+    @ti.func
+    def particles_to_grid(self, b):
+        """Face velocities from splat_particles' sums; solid faces take the solid's velocity."""
+        i0, i1, j0, j1 = self.box[b]
         for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
             self.valid_u[b, i, j] = 0
             if self.wu[b, i, j] == 0.0:
@@ -308,6 +327,7 @@ class Flip2D:
             elif self.u_tmp[b, i, j] > 1e-6:
                 self.u[b, i, j] = self.u[b, i, j] / (self.u_tmp[b, i, j])
                 self.valid_u[b, i, j] = 1
+            self.u_old[b, i, j] = self.u[b, i, j]  # kept for the FLIP update
         for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
             self.valid_w[b, i, j] = 0
             if self.wv[b, i, j] == 0.0:
@@ -316,6 +336,7 @@ class Flip2D:
             elif self.w_tmp[b, i, j] > 1e-6:
                 self.w[b, i, j] = self.w[b, i, j] / (self.w_tmp[b, i, j])
                 self.valid_w[b, i, j] = 1
+            self.w_old[b, i, j] = self.w[b, i, j]
 
     @ti.func
     def extrapolate(self, b, f: ti.template(), valid: ti.template(), i0, i1, j0, j1):
@@ -646,8 +667,13 @@ class Flip2D:
     # ------------------------------------------------------------------ particles
     @ti.func
     def grid_to_particles(self, b, dt):
+        """FLIP/PIC velocity update and advection; also does update_box and returns max_speed of
+        the particles' new state (saves two passes over the particles)."""
         W, H = self.nx * self.dx, self.ny * self.dx
         rp = self.r_particle
+        vmax = 0.0
+        lo = ti.Vector([self.nx, self.ny])
+        hi = ti.Vector([0, 0])
         for p in range(self.n[b]):
             x = self.x[b, p]
             v_pic = self.grid_velocity(b, x)
@@ -659,13 +685,17 @@ class Flip2D:
             # even when the substep's CFL number is larger.
             legs = ti.max(1, int(ti.ceil(v_pic.norm() * dt / (ADVECTION_CFL * self.dx))))
             h = dt / legs
+            v_start = v_pic  # grid velocity at x (the first leg starts where v_pic was sampled)
             for leg in range(legs):
-                mid = x + 0.5 * h * self.grid_velocity(b, x)
+                if leg > 0:
+                    v_start = self.grid_velocity(b, x)
+                mid = x + 0.5 * h * v_start
                 x = x + h * self.grid_velocity(b, mid)
                 # The nodal SDF is from the start of the substep; sampling it where the solid
-                # point now over x was then follows the body's motion.
-                phi0, grad0, vs = self.solid_at(b, x)
-                phi, grad, vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
+                # point now over x was then follows the body's motion (still solids: at x).
+                phi, grad, vs = self.solid_at(b, x)
+                if vs[0] != 0.0 or vs[1] != 0.0:
+                    phi, grad, vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
                 if phi < rp:
                     nrm = grad.normalized(1e-12)
                     x = x + (rp - phi) * nrm
@@ -675,18 +705,29 @@ class Flip2D:
             x = ti.Vector([ti.math.clamp(x[0], rp, W - rp), ti.math.clamp(x[1], rp, H - rp)])
             self.x[b, p] = x
             self.v[b, p] = vel
+            vmax = self.speed_bound(vmax, vel)
+            c = ti.cast(ti.floor(x / self.dx), ti.i32)
+            lo = ti.min(lo, c)
+            hi = ti.max(hi, c)
+        self.set_box(b, lo, hi)
+        return vmax
+
+    @ti.func
+    def speed_bound(self, vmax, v):
+        """max(vmax, |v|), with |v| capped at BLOWUP_SPEED: ti.max drops a NaN, so a NaN counts
+        as a blow-up (else a NaN scene ran on, its particles clamped to the domain's corner and
+        counted spilled)."""
+        s = v.norm()
+        res = ti.max(vmax, BLOWUP_SPEED)
+        if s < BLOWUP_SPEED:
+            res = ti.max(vmax, s)
+        return res
 
     @ti.func
     def max_speed(self, b):
         vmax = 0.0
         for p in range(self.n[b]):
-            s = self.v[b, p].norm()
-            # ti.max drops a NaN: count one as a blow-up (else a NaN scene ran on, its particles
-            # clamped to the domain's corner and counted spilled)
-            if s < BLOWUP_SPEED:
-                vmax = ti.max(vmax, s)
-            else:
-                vmax = ti.max(vmax, BLOWUP_SPEED)
+            vmax = self.speed_bound(vmax, self.v[b, p])
         return vmax
 
     @ti.func
@@ -706,6 +747,11 @@ class Flip2D:
             c = ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32)
             lo = ti.min(lo, c)
             hi = ti.max(hi, c)
+        self.set_box(b, lo, hi)
+
+    @ti.func
+    def set_box(self, b, lo, hi):
+        """The active box from the lowest and highest cells (i, j) holding a particle."""
         self.box[b] = ti.Vector([ti.max(lo[0] - self.pad, 0), ti.min(hi[0] + 1 + self.pad, self.nx),
                                  ti.max(lo[1] - self.pad, 0), ti.min(hi[1] + 1 + self.pad, self.ny)])
 
@@ -717,23 +763,20 @@ class Flip2D:
 
     @ti.func
     def substep(self, b, t, dt):
+        """One substep; `box` must hold the particles' padded bounding box (update_box, or the
+        previous substep's grid_to_particles). Returns the PCG iterations and the particles'
+        largest speed afterwards (max_speed)."""
         self.set_frames(b, t)
-        self.update_box(b)
-        self.splat_density(b)
+        self.splat_particles(b)
         self.update_solids(b)
         # No extrapolation yet: every face a particle's stencil or the pressure update touches
         # got weight from a particle (bilinear support reaches one cell).
         self.particles_to_grid(b)
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            self.u_old[b, i, j] = self.u[b, i, j]
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            self.w_old[b, i, j] = self.w[b, i, j]
         self.body_forces(b, t, dt)
         iters = self.project(b, dt)
         self.extrapolate_both(b)
-        self.grid_to_particles(b, dt)
-        return iters
+        vmax = self.grid_to_particles(b, dt)
+        return iters, vmax
 
     @ti.func
     def measure(self, b, step):
@@ -832,8 +875,10 @@ class Flip2D:
         for b, lane in ti.ndrange(self.B, PARALLEL_LANES):
             if lane == 0 and self.diagnostics[b, D_UNSTABLE] == 0.0:
                 t, n_sub, max_cfl, max_iters = 0.0, 0, 0.0, 0
+                vmax = self.max_speed(b)  # then kept by each substep, as is the box
+                self.update_box(b)
                 while t < interval * (1.0 - 1e-6):
-                    speed = ti.max(self.max_speed(b), self.max_body_speed(b))
+                    speed = ti.max(vmax, self.max_body_speed(b))
                     if not (speed < BLOWUP_SPEED) or n_sub >= MAX_SUBSTEPS:  # catches NaN too
                         self.diagnostics[b, D_UNSTABLE] = 1.0
                         break
@@ -845,7 +890,7 @@ class Flip2D:
                         dt = remaining
                     elif 2.0 * dt > remaining:  # two even substeps instead of a sliver
                         dt = 0.5 * remaining
-                    iters = self.substep(b, t, dt)
+                    iters, vmax = self.substep(b, t, dt)
                     max_iters = ti.max(max_iters, iters)
                     max_cfl = ti.max(max_cfl, speed * dt / self.dx)
                     t += dt
