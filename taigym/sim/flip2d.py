@@ -21,7 +21,8 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
 5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
    back out of solids (and their velocity into the solid removed).
 
-Every grid pass of a substep is restricted to the liquid's padded bounding box (``box``).
+Every grid pass of a substep is restricted to the cells near the liquid: the columns of its padded
+bounding box (``box``), and in each column the rows near its particles (``span``).
 
 Inside a scene the code is serial, so field updates are written ``a[i] = a[i] + x``: Taichi
 compiles ``a[i] += x`` on a field to an atomic add, several times slower here.
@@ -45,6 +46,8 @@ MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
 PARALLEL_LANES = 4096      # see advance()
+# What a grid pass visits (Flip2D.rows): u-faces, v-faces, cells, nodes.
+U_FACES, V_FACES, CELLS, NODES = range(4)
 
 
 
@@ -109,10 +112,16 @@ class Flip2D:
         self.count = ti.field(ti.i32, shape=(B, nx, ny))
         self.rho = ti.field(ti.f32, shape=(B, nx, ny))              # particles / rest count
         self.cell_id = ti.field(ti.i32, shape=(B, nx, ny))
-        # Active box: all grid work of a substep happens in cells [i0, i1) x [j0, j1), the
-        # liquid's bounding box padded by `pad` cells, so cost follows the liquid, not the room.
-        # Nothing outside it is read: the look-ups below treat it as empty air.
+        # Active cells: all grid work of a substep happens in the columns [i0, i1) of the
+        # liquid's bounding box padded by `pad` cells (box = i0, i1, j0, j1), and in column i
+        # only in rows span[b, i] = [lo, hi): the cells within `pad` cells (along i and j) of a
+        # cell holding a particle. Cost follows the liquid, not the room, nor the air between a
+        # pour's source and target (half of the box). Nothing outside is read: the look-ups
+        # below treat it as empty air. `extent` holds each column's lowest and highest particle
+        # row while the spans are made (set_box).
         self.box = ti.Vector.field(4, ti.i32, shape=B)
+        self.span = ti.Vector.field(2, ti.i32, shape=(B, nx))
+        self.extent = ti.Vector.field(2, ti.i32, shape=(B, nx))
         # pressure system on the compact list of liquid cells, in lexicographic order
         self.cells = ti.field(ti.i32, shape=(B, C))
         self.nbr = ti.Vector.field(4, ti.i32, shape=(B, C))         # left, right, down, up
@@ -205,33 +214,39 @@ class Flip2D:
         """Nodal solid SDF and velocity, then Batty's open-face fractions and face solid velocity."""
         dx = self.dx
         W, H = self.nx * dx, self.ny * dx
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1 + 1)):
-            p = ti.Vector([i * dx, j * dx])
-            phi = ti.min(ti.min(p[0], W - p[0]), ti.min(p[1], H - p[1]))  # domain walls
-            vel = ti.Vector([0.0, 0.0])
-            for k in range(self.nbody[b]):
-                f = self.frame[b, k]
-                if (p - ti.Vector([f[0], f[1]])).norm() < self.bound[b, k] + 2.0 * dx:
-                    d = self.body_sdf(b, k, p)
-                    if d < phi:
-                        phi = d
-                        vel = self.body_point_velocity(b, k, p)
-            self.phi[b, i, j] = phi
-            self.vnode[b, i, j] = vel
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1 + 1):
+            j_lo, j_hi = self.rows(b, NODES, i)
+            for j in range(j_lo, j_hi):
+                p = ti.Vector([i * dx, j * dx])
+                phi = ti.min(ti.min(p[0], W - p[0]), ti.min(p[1], H - p[1]))  # domain walls
+                vel = ti.Vector([0.0, 0.0])
+                for k in range(self.nbody[b]):
+                    f = self.frame[b, k]
+                    if (p - ti.Vector([f[0], f[1]])).norm() < self.bound[b, k] + 2.0 * dx:
+                        d = self.body_sdf(b, k, p)
+                        if d < phi:
+                            phi = d
+                            vel = self.body_point_velocity(b, k, p)
+                self.phi[b, i, j] = phi
+                self.vnode[b, i, j] = vel
         # A face next to an empty cell centred inside a solid is closed: as air (p = 0) that
         # cell would draw liquid into the wall through the face's open sliver, and as liquid
         # its tiny open faces would carry large spurious velocities. A solid-centred cell that
         # does hold particles (a wall cutting a cell's corner) stays liquid with Batty's
         # fractions, or the particles in it would pile up out of the pressure solve's reach.
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            closed = self.solid_centred(b, i - 1, j) or self.solid_centred(b, i, j)
-            self.wu[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
-            self.us[b, i, j] = 0.5 * (self.vnode[b, i, j][0] + self.vnode[b, i, j + 1][0])
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            closed = self.solid_centred(b, i, j - 1) or self.solid_centred(b, i, j)
-            self.wv[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
-            self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
+        for i in range(i0, i1 + 1):
+            j_lo, j_hi = self.rows(b, U_FACES, i)
+            for j in range(j_lo, j_hi):
+                closed = self.solid_centred(b, i - 1, j) or self.solid_centred(b, i, j)
+                self.wu[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
+                self.us[b, i, j] = 0.5 * (self.vnode[b, i, j][0] + self.vnode[b, i, j + 1][0])
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, V_FACES, i)
+            for j in range(j_lo, j_hi):
+                closed = self.solid_centred(b, i, j - 1) or self.solid_centred(b, i, j)
+                self.wv[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
+                self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
 
     @ti.func
     def solid_centred(self, b, i, j):
@@ -269,10 +284,12 @@ class Flip2D:
 
     @ti.func
     def clear_density(self, b):
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):
-            self.count[b, i, j] = 0
-            self.rho[b, i, j] = 0.0
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, CELLS, i)
+            for j in range(j_lo, j_hi):
+                self.count[b, i, j] = 0
+                self.rho[b, i, j] = 0.0
 
     @ti.func
     def splat_particle_density(self, b, x):
@@ -303,13 +320,17 @@ class Flip2D:
         """Density (splat_density) and velocity sums and weights on the faces, in one pass over
         the particles."""
         self.clear_density(b)
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            self.u[b, i, j] = 0.0
-            self.u_tmp[b, i, j] = 0.0
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            self.w[b, i, j] = 0.0
-            self.w_tmp[b, i, j] = 0.0
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1 + 1):
+            j_lo, j_hi = self.rows(b, U_FACES, i)
+            for j in range(j_lo, j_hi):
+                self.u[b, i, j] = 0.0
+                self.u_tmp[b, i, j] = 0.0
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, V_FACES, i)
+            for j in range(j_lo, j_hi):
+                self.w[b, i, j] = 0.0
+                self.w_tmp[b, i, j] = 0.0
         for p in range(self.n[b]):
             x = self.x[b, p]
             self.splat_particle_density(b, x)
@@ -318,48 +339,57 @@ class Flip2D:
     @ti.func
     def particles_to_grid(self, b):
         """Face velocities from splat_particles' sums; solid faces take the solid's velocity."""
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            self.valid_u[b, i, j] = 0
-            if self.wu[b, i, j] == 0.0:
-                self.u[b, i, j] = self.us[b, i, j]
-                self.valid_u[b, i, j] = 1
-            elif self.u_tmp[b, i, j] > 1e-6:
-                self.u[b, i, j] = self.u[b, i, j] / (self.u_tmp[b, i, j])
-                self.valid_u[b, i, j] = 1
-            self.u_old[b, i, j] = self.u[b, i, j]  # kept for the FLIP update
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            self.valid_w[b, i, j] = 0
-            if self.wv[b, i, j] == 0.0:
-                self.w[b, i, j] = self.ws[b, i, j]
-                self.valid_w[b, i, j] = 1
-            elif self.w_tmp[b, i, j] > 1e-6:
-                self.w[b, i, j] = self.w[b, i, j] / (self.w_tmp[b, i, j])
-                self.valid_w[b, i, j] = 1
-            self.w_old[b, i, j] = self.w[b, i, j]
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1 + 1):
+            j_lo, j_hi = self.rows(b, U_FACES, i)
+            for j in range(j_lo, j_hi):
+                self.valid_u[b, i, j] = 0
+                if self.wu[b, i, j] == 0.0:
+                    self.u[b, i, j] = self.us[b, i, j]
+                    self.valid_u[b, i, j] = 1
+                elif self.u_tmp[b, i, j] > 1e-6:
+                    self.u[b, i, j] = self.u[b, i, j] / (self.u_tmp[b, i, j])
+                    self.valid_u[b, i, j] = 1
+                self.u_old[b, i, j] = self.u[b, i, j]  # kept for the FLIP update
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, V_FACES, i)
+            for j in range(j_lo, j_hi):
+                self.valid_w[b, i, j] = 0
+                if self.wv[b, i, j] == 0.0:
+                    self.w[b, i, j] = self.ws[b, i, j]
+                    self.valid_w[b, i, j] = 1
+                elif self.w_tmp[b, i, j] > 1e-6:
+                    self.w[b, i, j] = self.w[b, i, j] / (self.w_tmp[b, i, j])
+                    self.valid_w[b, i, j] = 1
+                self.w_old[b, i, j] = self.w[b, i, j]
 
     @ti.func
-    def extrapolate(self, b, f: ti.template(), valid: ti.template(), i0, i1, j0, j1):
-        """Grow valid face velocities into air, one layer at a time (order independent),
-        over faces [i0, i1) x [j0, j1)."""
+    def extrapolate(self, b, f: ti.template(), valid: ti.template(), kind: ti.template()):
+        """Grow valid face velocities (u- or v-faces: ``kind``) into air, one layer at a time
+        (order independent), over the active faces."""
+        i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
         for layer in ti.static(range(self.layers)):
-            for i, j in ti.ndrange((i0, i1), (j0, j1)):
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, kind, i)
+                for j in range(j_lo, j_hi):
+                    if valid[b, i, j] == 0:
+                        acc, cnt = 0.0, 0
+                        for d in ti.static(range(4)):
+                            ii = i + (d == 1) - (d == 0)
+                            jj = j + (d == 3) - (d == 2)
+                            if self.active(b, kind, ii, jj):
+                                vv = valid[b, ii, jj]
+                                if vv >= 1 and vv <= layer + 1:
+                                    acc += f[b, ii, jj]
+                                    cnt += 1
+                        if cnt > 0:
+                            f[b, i, j] = acc / cnt
+                            valid[b, i, j] = layer + 2
+        for i in range(i0, i1):  # beyond the grown band: at rest
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
                 if valid[b, i, j] == 0:
-                    acc, cnt = 0.0, 0
-                    for d in ti.static(range(4)):
-                        ii = i + (d == 1) - (d == 0)
-                        jj = j + (d == 3) - (d == 2)
-                        if i0 <= ii < i1 and j0 <= jj < j1:
-                            vv = valid[b, ii, jj]
-                            if vv >= 1 and vv <= layer + 1:
-                                acc += f[b, ii, jj]
-                                cnt += 1
-                    if cnt > 0:
-                        f[b, i, j] = acc / cnt
-                        valid[b, i, j] = layer + 2
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):  # beyond the grown band: at rest
-            if valid[b, i, j] == 0:
-                f[b, i, j] = 0.0
+                    f[b, i, j] = 0.0
 
     @ti.func
     def sample(self, b, f: ti.template(), x, ox, oy):
@@ -396,19 +426,44 @@ class Flip2D:
     # ------------------------------------------------------------------ forces
     @ti.func
     def in_box(self, b, i, j):
-        bx = self.box[b]
-        return bx[0] <= i and i < bx[1] and bx[2] <= j and j < bx[3]
+        """Cell (i, j) is active (in the box and its column's span)."""
+        return self.active(b, CELLS, i, j)
+
+    @ti.func
+    def cell_rows(self, b, i):
+        """Active cells of column i: rows [lo, hi), empty (lo > hi) outside the box."""
+        lo, hi = self.ny, 0
+        if self.box[b][0] <= i and i < self.box[b][1]:
+            lo, hi = self.span[b, i][0], self.span[b, i][1]
+        return lo, hi
+
+    @ti.func
+    def rows(self, b, kind: ti.template(), i):
+        """Active rows [lo, hi) of column i of the u-faces, v-faces, cells or nodes (``kind``):
+        those touching an active cell."""
+        lo, hi = self.cell_rows(b, i)
+        if ti.static(kind == U_FACES or kind == NODES):  # faces/nodes i lie between cells i-1, i
+            lo_l, hi_l = self.cell_rows(b, i - 1)
+            lo, hi = ti.min(lo, lo_l), ti.max(hi, hi_l)
+        if ti.static(kind == V_FACES or kind == NODES):  # v-face/node j lies between rows j-1, j
+            hi += 1
+        return lo, hi
+
+    @ti.func
+    def active(self, b, kind: ti.template(), i, j):
+        lo, hi = self.rows(b, kind, i)
+        return lo <= j and j < hi
 
     @ti.func
     def count_at(self, b, i, j):
-        """Particles in cell (i, j); 0 outside the active box (where `count` is stale)."""
+        """Particles in cell (i, j); 0 outside the active cells (where `count` is stale)."""
         ic = ti.min(ti.max(i, 0), self.nx - 1)
         jc = ti.min(ti.max(j, 0), self.ny - 1)
         return self.count[b, ic, jc] * self.in_box(b, i, j)
 
     @ti.func
     def liquid_id(self, b, i, j):
-        """Index of cell (i, j) in the pressure system, or -1 (air, solid, outside the box)."""
+        """Index of cell (i, j) in the pressure system, or -1 (air, solid, inactive)."""
         ic = ti.min(ti.max(i, 0), self.nx - 1)
         jc = ti.min(ti.max(j, 0), self.ny - 1)
         c = self.cell_id[b, ic, jc]
@@ -434,12 +489,16 @@ class Flip2D:
         fm = self.frame_motion[b]
         i0, i1, j0, j1 = self.box[b]
         if fm[5] == 0.0:
-            for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-                if self.wu[b, i, j] > 0.0:
-                    self.u[b, i, j] = self.u[b, i, j] + (g[0] * dt)
-            for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-                if self.wv[b, i, j] > 0.0:
-                    self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
+            for i in range(i0, i1 + 1):
+                j_lo, j_hi = self.rows(b, U_FACES, i)
+                for j in range(j_lo, j_hi):
+                    if self.wu[b, i, j] > 0.0:
+                        self.u[b, i, j] = self.u[b, i, j] + (g[0] * dt)
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, V_FACES, i)
+                for j in range(j_lo, j_hi):
+                    if self.wv[b, i, j] > 0.0:
+                        self.w[b, i, j] = self.w[b, i, j] + (g[1] * dt)
         else:
             tm = t + 0.5 * dt
             om = fm[3] + fm[4] * tm
@@ -449,52 +508,61 @@ class Flip2D:
             al, om2, dx = fm[4], om * om, self.dx
             # Coriolis reads the other component from the pre-force copies (u_old, w_old): the
             # update is then independent of the order faces are visited in.
-            for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-                if self.wu[b, i, j] > 0.0:
-                    rx, ry = i * dx - fm[0], (j + 0.5) * dx - fm[1]
-                    ia, ib = ti.max(i - 1, i0), ti.min(i, i1 - 1)
-                    vy = 0.25 * (self.w_old[b, ia, j] + self.w_old[b, ib, j]
-                                 + self.w_old[b, ia, j + 1] + self.w_old[b, ib, j + 1])
-                    f = gl[0] + om2 * rx + al * ry + 2.0 * om * vy
-                    self.u[b, i, j] = self.u[b, i, j] + (f * dt)
-            for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-                if self.wv[b, i, j] > 0.0:
-                    rx, ry = (i + 0.5) * dx - fm[0], j * dx - fm[1]
-                    ja, jb = ti.max(j - 1, j0), ti.min(j, j1 - 1)
-                    vx = 0.25 * (self.u_old[b, i, ja] + self.u_old[b, i + 1, ja]
-                                 + self.u_old[b, i, jb] + self.u_old[b, i + 1, jb])
-                    f = gl[1] + om2 * ry - al * rx - 2.0 * om * vx
-                    self.w[b, i, j] = self.w[b, i, j] + (f * dt)
+            for i in range(i0, i1 + 1):
+                j_lo, j_hi = self.rows(b, U_FACES, i)
+                for j in range(j_lo, j_hi):
+                    if self.wu[b, i, j] > 0.0:
+                        rx, ry = i * dx - fm[0], (j + 0.5) * dx - fm[1]
+                        ia, ib = ti.max(i - 1, i0), ti.min(i, i1 - 1)
+                        vy = 0.25 * (self.w_old[b, ia, j] + self.w_old[b, ib, j]
+                                     + self.w_old[b, ia, j + 1] + self.w_old[b, ib, j + 1])
+                        f = gl[0] + om2 * rx + al * ry + 2.0 * om * vy
+                        self.u[b, i, j] = self.u[b, i, j] + (f * dt)
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, V_FACES, i)
+                for j in range(j_lo, j_hi):
+                    if self.wv[b, i, j] > 0.0:
+                        rx, ry = (i + 0.5) * dx - fm[0], j * dx - fm[1]
+                        ja, jb = ti.max(j - 1, j0), ti.min(j, j1 - 1)
+                        vx = 0.25 * (self.u_old[b, i, ja] + self.u_old[b, i + 1, ja]
+                                     + self.u_old[b, i, jb] + self.u_old[b, i + 1, jb])
+                        f = gl[1] + om2 * ry - al * rx - 2.0 * om * vx
+                        self.w[b, i, j] = self.w[b, i, j] + (f * dt)
         # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
         # viscosity is far under the scheme's own numerical viscosity: skip the pass.
         if self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx:
-            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.valid_u, 0, i0, i1 + 1, j0, j1)
-            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, 1, i0, i1, j0, j1 + 1)
+            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.valid_u, U_FACES)
+            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, V_FACES)
 
     @ti.func
     def viscosity(self, b, dt, f: ti.template(), tmp: ti.template(), wgt: ti.template(),
-                  fs: ti.template(), valid: ti.template(), axis: ti.template(), i0, i1, j0, j1):
-        """Explicit u += dt nu lap(u) over faces [i0, i1) x [j0, j1): no-slip against solids,
-        zero gradient into air."""
+                  fs: ti.template(), valid: ti.template(), kind: ti.template()):
+        """Explicit u += dt nu lap(u) over the active u- or v-faces (``kind``): no-slip against
+        solids, zero gradient into air."""
         c = dt * self.nu[b] / (self.dx * self.dx)
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):
-            tmp[b, i, j] = f[b, i, j]
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):
-            near = self.near_liquid_u(b, i, j) if ti.static(axis == 0) else self.near_liquid_w(b, i, j)
-            if wgt[b, i, j] > 0.0 and near:
-                centre = tmp[b, i, j]
-                lap = 0.0
-                for d in ti.static(range(4)):
-                    ii = i + (d == 1) - (d == 0)
-                    jj = j + (d == 3) - (d == 2)
-                    nb = centre
-                    if i0 <= ii < i1 and j0 <= jj < j1:
-                        if wgt[b, ii, jj] == 0.0:
-                            nb = fs[b, ii, jj]
-                        elif valid[b, ii, jj] != 0:
-                            nb = tmp[b, ii, jj]
-                    lap += nb - centre
-                f[b, i, j] = centre + c * lap
+        i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                tmp[b, i, j] = f[b, i, j]
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                near = self.near_liquid_u(b, i, j) if ti.static(kind == U_FACES) else self.near_liquid_w(b, i, j)
+                if wgt[b, i, j] > 0.0 and near:
+                    centre = tmp[b, i, j]
+                    lap = 0.0
+                    for d in ti.static(range(4)):
+                        ii = i + (d == 1) - (d == 0)
+                        jj = j + (d == 3) - (d == 2)
+                        nb = centre
+                        if self.active(b, kind, ii, jj):
+                            if wgt[b, ii, jj] == 0.0:
+                                nb = fs[b, ii, jj]
+                            elif valid[b, ii, jj] != 0:
+                                nb = tmp[b, ii, jj]
+                        lap += nb - centre
+                    f[b, i, j] = centre + c * lap
 
     # ------------------------------------------------------------------ pressure
     @ti.func
@@ -502,14 +570,16 @@ class Flip2D:
         ny, dx = self.ny, self.dx
         # Liquid cells: those holding particles and not sealed off by solids.
         m = 0
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):
-            self.cell_id[b, i, j] = -1
-            open_sum = self.wu[b, i, j] + self.wu[b, i + 1, j] + self.wv[b, i, j] + self.wv[b, i, j + 1]
-            if self.count[b, i, j] > 0 and open_sum > 0.0:
-                self.cell_id[b, i, j] = m
-                self.cells[b, m] = i * ny + j
-                m += 1
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, CELLS, i)
+            for j in range(j_lo, j_hi):
+                self.cell_id[b, i, j] = -1
+                open_sum = self.wu[b, i, j] + self.wu[b, i + 1, j] + self.wv[b, i, j] + self.wv[b, i, j + 1]
+                if self.count[b, i, j] > 0 and open_sum > 0.0:
+                    self.cell_id[b, i, j] = m
+                    self.cells[b, m] = i * ny + j
+                    m += 1
         for c in range(m):
             i, j = self.cells[b, c] // ny, self.cells[b, c] % ny
             wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
@@ -637,31 +707,35 @@ class Flip2D:
         dx = self.dx
         m = self.build_pressure_system(b, dt)
         iters = self.solve_pressure(b, m)
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1 + 1), (j0, j1)):
-            lf = self.liquid_id(b, i - 1, j) >= 0
-            rf = self.liquid_id(b, i, j) >= 0
-            self.valid_u[b, i, j] = 0
-            if self.wu[b, i, j] == 0.0:
-                self.u[b, i, j] = self.us[b, i, j]
-                self.valid_u[b, i, j] = 1
-            elif lf or rf:
-                pl = self.cell_pressure(b, i - 1, j)
-                pr = self.cell_pressure(b, i, j)
-                self.u[b, i, j] = self.u[b, i, j] - ((pr - pl) / dx)
-                self.valid_u[b, i, j] = 1
-        for i, j in ti.ndrange((i0, i1), (j0, j1 + 1)):
-            df = self.liquid_id(b, i, j - 1) >= 0
-            tf = self.liquid_id(b, i, j) >= 0
-            self.valid_w[b, i, j] = 0
-            if self.wv[b, i, j] == 0.0:
-                self.w[b, i, j] = self.ws[b, i, j]
-                self.valid_w[b, i, j] = 1
-            elif df or tf:
-                pd = self.cell_pressure(b, i, j - 1)
-                pt = self.cell_pressure(b, i, j)
-                self.w[b, i, j] = self.w[b, i, j] - ((pt - pd) / dx)
-                self.valid_w[b, i, j] = 1
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1 + 1):
+            j_lo, j_hi = self.rows(b, U_FACES, i)
+            for j in range(j_lo, j_hi):
+                lf = self.liquid_id(b, i - 1, j) >= 0
+                rf = self.liquid_id(b, i, j) >= 0
+                self.valid_u[b, i, j] = 0
+                if self.wu[b, i, j] == 0.0:
+                    self.u[b, i, j] = self.us[b, i, j]
+                    self.valid_u[b, i, j] = 1
+                elif lf or rf:
+                    pl = self.cell_pressure(b, i - 1, j)
+                    pr = self.cell_pressure(b, i, j)
+                    self.u[b, i, j] = self.u[b, i, j] - ((pr - pl) / dx)
+                    self.valid_u[b, i, j] = 1
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, V_FACES, i)
+            for j in range(j_lo, j_hi):
+                df = self.liquid_id(b, i, j - 1) >= 0
+                tf = self.liquid_id(b, i, j) >= 0
+                self.valid_w[b, i, j] = 0
+                if self.wv[b, i, j] == 0.0:
+                    self.w[b, i, j] = self.ws[b, i, j]
+                    self.valid_w[b, i, j] = 1
+                elif df or tf:
+                    pd = self.cell_pressure(b, i, j - 1)
+                    pt = self.cell_pressure(b, i, j)
+                    self.w[b, i, j] = self.w[b, i, j] - ((pt - pd) / dx)
+                    self.valid_w[b, i, j] = 1
         return iters
 
     # ------------------------------------------------------------------ particles
@@ -672,8 +746,7 @@ class Flip2D:
         W, H = self.nx * self.dx, self.ny * self.dx
         rp = self.r_particle
         vmax = 0.0
-        lo = ti.Vector([self.nx, self.ny])
-        hi = ti.Vector([0, 0])
+        self.clear_extent(b)
         for p in range(self.n[b]):
             x = self.x[b, p]
             v_pic = self.grid_velocity(b, x)
@@ -706,10 +779,8 @@ class Flip2D:
             self.x[b, p] = x
             self.v[b, p] = vel
             vmax = self.speed_bound(vmax, vel)
-            c = ti.cast(ti.floor(x / self.dx), ti.i32)
-            lo = ti.min(lo, c)
-            hi = ti.max(hi, c)
-        self.set_box(b, lo, hi)
+            self.add_to_extent(b, x)
+        self.set_box(b)
         return vmax
 
     @ti.func
@@ -741,25 +812,54 @@ class Flip2D:
     # ------------------------------------------------------------------ step
     @ti.func
     def update_box(self, b):
-        lo = ti.Vector([self.nx, self.ny])
-        hi = ti.Vector([0, 0])
+        """The active box and spans of the particles' current positions."""
+        self.clear_extent(b)
         for p in range(self.n[b]):
-            c = ti.cast(ti.floor(self.x[b, p] / self.dx), ti.i32)
-            lo = ti.min(lo, c)
-            hi = ti.max(hi, c)
-        self.set_box(b, lo, hi)
+            self.add_to_extent(b, self.x[b, p])
+        self.set_box(b)
 
     @ti.func
-    def set_box(self, b, lo, hi):
-        """The active box from the lowest and highest cells (i, j) holding a particle."""
-        self.box[b] = ti.Vector([ti.max(lo[0] - self.pad, 0), ti.min(hi[0] + 1 + self.pad, self.nx),
-                                 ti.max(lo[1] - self.pad, 0), ti.min(hi[1] + 1 + self.pad, self.ny)])
+    def clear_extent(self, b):
+        for i in range(self.nx):
+            self.extent[b, i] = ti.Vector([self.ny, -1])
+
+    @ti.func
+    def add_to_extent(self, b, x):
+        """Widen the row extent of the column holding point x to x's row."""
+        c = ti.cast(ti.floor(x / self.dx), ti.i32)
+        i = ti.min(ti.max(c[0], 0), self.nx - 1)
+        j = ti.min(ti.max(c[1], 0), self.ny - 1)
+        e = self.extent[b, i]
+        self.extent[b, i] = ti.Vector([ti.min(e[0], j), ti.max(e[1], j)])
+
+    @ti.func
+    def set_box(self, b):
+        """The active box (the particles' bounding box of cells, padded by `pad`) and each of
+        its columns' span (the rows within `pad` of a particle's cell in the columns within
+        `pad`), from the columns' row extents."""
+        pad = self.pad
+        lo = ti.Vector([self.nx, self.ny])
+        hi = ti.Vector([0, 0])
+        for i in range(self.nx):
+            e = self.extent[b, i]
+            if e[0] <= e[1]:
+                lo = ti.min(lo, ti.Vector([i, e[0]]))
+                hi = ti.max(hi, ti.Vector([i, e[1]]))
+        i0, i1 = ti.max(lo[0] - pad, 0), ti.min(hi[0] + 1 + pad, self.nx)
+        self.box[b] = ti.Vector([i0, i1, ti.max(lo[1] - pad, 0), ti.min(hi[1] + 1 + pad, self.ny)])
+        for i in range(i0, i1):
+            j_lo, j_hi = self.ny, 0
+            for ii in range(ti.max(i - pad, 0), ti.min(i + pad + 1, self.nx)):
+                e = self.extent[b, ii]
+                if e[0] <= e[1]:
+                    j_lo = ti.min(j_lo, e[0] - pad)
+                    j_hi = ti.max(j_hi, e[1] + 1 + pad)
+            self.span[b, i] = ti.Vector([ti.max(j_lo, 0), ti.min(j_hi, self.ny)])
 
     @ti.func
     def extrapolate_both(self, b):
-        i0, i1, j0, j1 = self.box[b]
-        self.extrapolate(b, self.u, self.valid_u, i0, i1 + 1, j0, j1)
-        self.extrapolate(b, self.w, self.valid_w, i0, i1, j0, j1 + 1)
+        self.extrapolate(b, self.u, self.valid_u, U_FACES)
+        self.extrapolate(b, self.w, self.valid_w, V_FACES)
 
     @ti.func
     def substep(self, b, t, dt):
@@ -859,9 +959,11 @@ class Flip2D:
         self.update_box(b)
         self.splat_density(b)
         area = 0.0
-        i0, i1, j0, j1 = self.box[b]
-        for i, j in ti.ndrange((i0, i1), (j0, j1)):
-            area += ti.min(self.rho[b, i, j], 1.0)
+        i0, i1 = self.box[b][0], self.box[b][1]
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, CELLS, i)
+            for j in range(j_lo, j_hi):
+                area += ti.min(self.rho[b, i, j], 1.0)
         self.diagnostics[b, D_IN_FLIGHT] = in_flight
         self.diagnostics[b, D_SPILLED] = spilled
         self.diagnostics[b, D_AREA] = area * self.dx * self.dx
