@@ -208,11 +208,11 @@ def main(argv=None) -> dict:
     dag = dagger.train(mk, dict(common, demo_episodes=args.demo_episodes, rounds=args.rounds,
                                 episodes_per_round=args.episodes_per_round, beta0=args.beta0,
                                 beta_decay=args.beta_decay, relabel=args.relabel, relabel_every=args.relabel_every,
-                                eval_episodes=args.val_episodes,
-                                max_epochs=min(args.max_epochs, 100)),
+                                eval_episodes=args.val_episodes),
                        out / "dagger", PrintLogger("dagger round", ["beta", "dataset_size", "labels_queried",
-                                                                     "expert_plans", "success", "in_target",
-                                                                     "spilled"]), expert=expert)
+                                                                     "expert_plans", "epochs", "train_loss",
+                                                                     "val_loss", "rollout_success", "success",
+                                                                     "in_target", "spilled"]), expert=expert)
     t_dagger = time.perf_counter() - t0
     labels = int(dag.meta["labels"])
     print(f"DAgger: {labels} expert labels in its dataset ({dag.meta['labels_queried']} queried, "

@@ -401,3 +401,18 @@ def test_learning_tasks_continue_past_the_train_split():
     assert learning_task(env, 1000, 0) == (1000, more[0][1])
     xs = [t.target_position[0] for _, t in more]
     assert np.std(xs) > 0.05                                  # drawn, not one task repeated
+
+
+def test_dagger_validation_episodes_stay_put_as_data_grows():
+    from taigym.agents.policy import stable_split_by_group
+
+    def val_episodes(n_episodes):
+        groups = np.repeat(np.arange(n_episodes), 7)             # 7 states an episode
+        train, val = stable_split_by_group(groups, 0.1, seed=3)
+        assert len(np.intersect1d(train, val)) == 0 and len(train) + len(val) == len(groups)
+        assert set(groups[train]).isdisjoint(groups[val])       # whole episodes, never split
+        return set(groups[val].tolist())
+
+    before, after = val_episodes(200), val_episodes(300)        # a DAgger round added 100 episodes
+    assert before == {g for g in after if g < 200}              # none moved between train and val
+    assert 0.05 < len(after) / 300 < 0.15

@@ -310,20 +310,40 @@ def split_by_group(groups: np.ndarray, val_fraction: float, rng: np.random.Gener
     return np.flatnonzero(~val), np.flatnonzero(val)
 
 
+def stable_split_by_group(groups: np.ndarray, val_fraction: float, seed: int):
+    """Indices (train, val) where each episode (``groups``: 0, 1, ... in the order episodes were
+    gathered) goes to validation with probability ``val_fraction`` by its own draw from ``seed``'s
+    stream, so that gathering more episodes never moves an episode between train and val: a
+    warm-started refit (DAgger's rounds) is then validated on episodes it never trained on."""
+    groups = np.asarray(groups)
+    if val_fraction <= 0 or len(groups) < 2 or len(np.unique(groups)) < 2:
+        return split_by_group(groups, val_fraction, np.random.default_rng(seed))
+    draws = np.random.default_rng(seed).random(int(groups.max()) + 1)   # prefix-stable in the count
+    val = draws[groups] < val_fraction
+    if not val.any() or val.all():
+        return split_by_group(groups, val_fraction, np.random.default_rng(seed))
+    return np.flatnonzero(~val), np.flatnonzero(val)
+
+
 class Fit:
     """Resumable state of one supervised fit: call :meth:`run` (it returns when it stops early,
     reaches ``max_epochs``, or after ``stop_after`` more epochs), then :meth:`finalise` for the
     best weights; :meth:`state_dict` / :meth:`load_state_dict` round-trip everything (current
     and best weights, optimizer, RNG), so that a fit resumed from a checkpoint continues exactly
-    as if it had not been interrupted."""
+    as if it had not been interrupted. ``split_seed``: validation episodes drawn with
+    :func:`stable_split_by_group` (the same across refits on growing data) instead of by ``seed``."""
 
     def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
-                 cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None):
+                 cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None,
+                 split_seed: int | None = None):
         self.policy, self.cfg = policy, cfg
         self.obs = policy.featurize(obs, start)
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
-        self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)
+        if split_seed is None:
+            self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)
+        else:
+            self.train_idx, self.val_idx = stable_split_by_group(groups, cfg["val_fraction"], split_seed)
         if renormalise:
             policy.set_normalisation(self.obs[self.train_idx])
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
