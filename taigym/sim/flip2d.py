@@ -339,29 +339,26 @@ class Flip2D:
     @ti.func
     def particles_to_grid(self, b):
         """Face velocities from splat_particles' sums; solid faces take the solid's velocity."""
-        i0, i1 = self.box[b][0], self.box[b][1]
-        for i in range(i0, i1 + 1):
-            j_lo, j_hi = self.rows(b, U_FACES, i)
-            for j in range(j_lo, j_hi):
-                self.valid_u[b, i, j] = 0
-                if self.wu[b, i, j] == 0.0:
-                    self.u[b, i, j] = self.us[b, i, j]
-                    self.valid_u[b, i, j] = 1
-                elif self.u_tmp[b, i, j] > 1e-6:
-                    self.u[b, i, j] = self.u[b, i, j] / (self.u_tmp[b, i, j])
-                    self.valid_u[b, i, j] = 1
-                self.u_old[b, i, j] = self.u[b, i, j]  # kept for the FLIP update
+        self.normalise_faces(b, self.u, self.u_tmp, self.wu, self.us, self.valid_u, self.u_old, U_FACES)
+        self.normalise_faces(b, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, self.w_old, V_FACES)
+
+    @ti.func
+    def normalise_faces(self, b, f: ti.template(), weight: ti.template(), open_frac: ti.template(),
+                        solid_vel: ti.template(), valid: ti.template(), old: ti.template(),
+                        kind: ti.template()):
+        """One component (u- or v-faces: ``kind``) of particles_to_grid."""
+        i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
         for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, V_FACES, i)
+            j_lo, j_hi = self.rows(b, kind, i)
             for j in range(j_lo, j_hi):
-                self.valid_w[b, i, j] = 0
-                if self.wv[b, i, j] == 0.0:
-                    self.w[b, i, j] = self.ws[b, i, j]
-                    self.valid_w[b, i, j] = 1
-                elif self.w_tmp[b, i, j] > 1e-6:
-                    self.w[b, i, j] = self.w[b, i, j] / (self.w_tmp[b, i, j])
-                    self.valid_w[b, i, j] = 1
-                self.w_old[b, i, j] = self.w[b, i, j]
+                valid[b, i, j] = 0
+                if open_frac[b, i, j] == 0.0:
+                    f[b, i, j] = solid_vel[b, i, j]
+                    valid[b, i, j] = 1
+                elif weight[b, i, j] > 1e-6:
+                    f[b, i, j] = f[b, i, j] / weight[b, i, j]
+                    valid[b, i, j] = 1
+                old[b, i, j] = f[b, i, j]  # kept for the FLIP update
 
     @ti.func
     def extrapolate(self, b, f: ti.template(), valid: ti.template(), kind: ti.template()):
