@@ -701,39 +701,31 @@ class Flip2D:
 
     @ti.func
     def project(self, b, dt):
-        dx = self.dx
         m = self.build_pressure_system(b, dt)
         iters = self.solve_pressure(b, m)
-        i0, i1 = self.box[b][0], self.box[b][1]
-        for i in range(i0, i1 + 1):
-            j_lo, j_hi = self.rows(b, U_FACES, i)
-            for j in range(j_lo, j_hi):
-                lf = self.liquid_id(b, i - 1, j) >= 0
-                rf = self.liquid_id(b, i, j) >= 0
-                self.valid_u[b, i, j] = 0
-                if self.wu[b, i, j] == 0.0:
-                    self.u[b, i, j] = self.us[b, i, j]
-                    self.valid_u[b, i, j] = 1
-                elif lf or rf:
-                    pl = self.cell_pressure(b, i - 1, j)
-                    pr = self.cell_pressure(b, i, j)
-                    self.u[b, i, j] = self.u[b, i, j] - ((pr - pl) / dx)
-                    self.valid_u[b, i, j] = 1
-        for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, V_FACES, i)
-            for j in range(j_lo, j_hi):
-                df = self.liquid_id(b, i, j - 1) >= 0
-                tf = self.liquid_id(b, i, j) >= 0
-                self.valid_w[b, i, j] = 0
-                if self.wv[b, i, j] == 0.0:
-                    self.w[b, i, j] = self.ws[b, i, j]
-                    self.valid_w[b, i, j] = 1
-                elif df or tf:
-                    pd = self.cell_pressure(b, i, j - 1)
-                    pt = self.cell_pressure(b, i, j)
-                    self.w[b, i, j] = self.w[b, i, j] - ((pt - pd) / dx)
-                    self.valid_w[b, i, j] = 1
+        self.subtract_pressure_gradient(b, self.u, self.wu, self.us, self.valid_u, U_FACES)
+        self.subtract_pressure_gradient(b, self.w, self.wv, self.ws, self.valid_w, V_FACES)
         return iters
+
+    @ti.func
+    def subtract_pressure_gradient(self, b, f: ti.template(), open_frac: ti.template(),
+                                   solid_vel: ti.template(), valid: ti.template(), kind: ti.template()):
+        """One component (u- or v-faces: ``kind``) of project: a face between cells (i - di, j - dj)
+        and (i, j) next to liquid loses the pressure gradient; solid faces take the solid's velocity."""
+        di, dj = ti.static(1 if kind == U_FACES else 0, 0 if kind == U_FACES else 1)
+        i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                valid[b, i, j] = 0
+                if open_frac[b, i, j] == 0.0:
+                    f[b, i, j] = solid_vel[b, i, j]
+                    valid[b, i, j] = 1
+                elif self.liquid_id(b, i - di, j - dj) >= 0 or self.liquid_id(b, i, j) >= 0:
+                    p_lo = self.cell_pressure(b, i - di, j - dj)
+                    p_hi = self.cell_pressure(b, i, j)
+                    f[b, i, j] = f[b, i, j] - ((p_hi - p_lo) / self.dx)
+                    valid[b, i, j] = 1
 
     # ------------------------------------------------------------------ particles
     @ti.func
