@@ -138,12 +138,15 @@ def test_horizon_cost_gradient_is_exact(trained):
     rho, _, _ = hc._flux(S, full[2:] - 2 * full[1:-1] + full[:-2])
     assert np.any(rho > hc.rho) and np.any(rho == hc.rho)   # past the max tilt at some steps only
     eps = 1e-6
-    for k in rng.choice(len(S), 6, replace=False):
-        for j in range(3):
-            dS = np.zeros_like(S)
-            dS[k, j] = eps
-            fd = (hc(S + dS)[0] - hc(S - dS)[0]) / (2 * eps)
-            assert g[k, j] == pytest.approx(fd, rel=1e-3, abs=1e-3 * (1 + abs(fd)))
+    far = S - [0.25, 0.0, 0.0]                              # the lip behind T: the drip term
+    for P in (S, far):
+        _, g = hc(P)
+        for k in rng.choice(len(P), 6, replace=False):
+            for j in range(3):
+                dS = np.zeros_like(P)
+                dS[k, j] = eps
+                fd = (hc(P + dS)[0] - hc(P - dS)[0]) / (2 * eps)
+                assert g[k, j] == pytest.approx(fd, rel=1e-3, abs=1e-3 * (1 + abs(fd)))
 
 
 def test_rh_beats_random_and_round_trips(trained):
@@ -210,6 +213,36 @@ def test_flux_grows_past_the_max_tilt_and_when_braking_towards_T():
     hc0, _ = _pour_state(env, plain, 4)
     S[:, 2] = -side * (hc0.max_tilt + 0.3)
     np.testing.assert_allclose(hc0._flux(S, brake)[0], hc0.rho)
+
+
+def test_drip_costs_liquid_over_the_lip_only_when_it_falls_outside_T():
+    """The drip term: leaning past (max tilt - drip_margin) costs where the lip is not above T's
+    opening, the more the further behind it; nothing above the opening or below the margin."""
+    env = make_env()
+    agent = make("rh", env)
+    hc, _ = _pour_state(env, agent, 4)
+    K, side = len(hc.prior), hc.side
+    assert hc.drip_margin > 0.0 and hc.w_drip > 0.0
+
+    def drip(dx, lean):
+        S = np.tile(hc.S0, (K, 1))
+        S[:, 2] = -side * lean
+        th = S[:, 2]
+        lip_x = S[:, 0] + np.cos(th) * hc.px - np.sin(th) * hc.py
+        S[:, 0] += hc.tx - lip_x + dx                         # the lip dx from T's centre
+        step = S[1] - S[0]                                     # S moving with T: no surge
+        hc.S0, hc.Sm1 = S[0] - step, S[0] - 2.0 * step
+        w = hc.w_drip
+        with_drip = hc(S)[0]
+        hc.w_drip = 0.0
+        without = hc(S)[0]
+        hc.w_drip = w
+        return with_drip - without
+
+    lean = hc.max_tilt - 0.5 * hc.drip_margin                 # past the margin, below the max tilt
+    assert drip(0.0, lean) == 0.0                              # above T's opening
+    assert drip(-side * 0.3, hc.max_tilt - 1.5 * hc.drip_margin) == 0.0   # not leaning far enough
+    assert 0.0 < drip(-side * 0.2, lean) < drip(-side * 0.3, lean)
 
 
 def test_liquid_keeps_its_momentum_when_S_stops():
