@@ -15,7 +15,8 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
 2. particle to grid (bilinear), extrapolation into air, a copy kept for the FLIP update;
 3. body force (gravity, or in a carried container's accelerating, rotating frame the fictitious
    forces of that frame too) and explicit viscosity ``nu * lap(u)``;
-4. pressure projection: weighted Poisson equation on the liquid cells (air cells p = 0), solved
+4. pressure projection: weighted Poisson equation on the liquid cells (those holding particles,
+   and empty ones between such a cell and a wall; air cells p = 0), solved
    by MIC(0)-preconditioned conjugate gradients; compressed cells get a small expansion target
    (density correction) so that the liquid keeps its area over long runs;
 5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
@@ -247,6 +248,29 @@ class Flip2D:
                 closed = self.solid_centred(b, i, j - 1) or self.solid_centred(b, i, j)
                 self.wv[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
                 self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
+
+    @ti.func
+    def wets_wall(self, b, i, j):
+        """Cell (i, j) holds no particle but lies between a solid and liquid: a solid cuts it
+        (centre outside), and its neighbour away from the wall (along the SDF's gradient; both
+        axes' neighbours for a wall within ~60 deg of the diagonal) holds particles.
+
+        Particles are kept r_particle from walls, so a cut cell's sliver of liquid along a
+        sloped wall is often empty. As air (p = 0) it pulled the liquid above it into the wall
+        every substep; the particles, pushed back out, piled up on the wall (area loss) and
+        the density correction drove currents out of the pile. As liquid it has the wall's
+        pressure instead."""
+        p00, p10 = self.phi[b, i, j], self.phi[b, i + 1, j]
+        p01, p11 = self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1]
+        res = False
+        if ti.min(ti.min(p00, p10), ti.min(p01, p11)) < 0.0 and p00 + p10 + p01 + p11 > 0.0:
+            gx, gy = p10 + p11 - p00 - p01, p01 + p11 - p00 - p10
+            sx, sy = 1 if gx > 0.0 else -1, 1 if gy > 0.0 else -1
+            if ti.abs(gx) >= 0.5 * ti.abs(gy) and self.count_at(b, i + sx, j) > 0:
+                res = True
+            if ti.abs(gy) >= 0.5 * ti.abs(gx) and self.count_at(b, i, j + sy) > 0:
+                res = True
+        return res
 
     @ti.func
     def solid_centred(self, b, i, j):
@@ -565,7 +589,8 @@ class Flip2D:
     @ti.func
     def build_pressure_system(self, b, dt):
         ny, dx = self.ny, self.dx
-        # Liquid cells: those holding particles and not sealed off by solids.
+        # Liquid cells: those holding particles, or wetting a wall (wets_wall), and not sealed
+        # off by solids.
         m = 0
         i0, i1 = self.box[b][0], self.box[b][1]
         for i in range(i0, i1):
@@ -573,7 +598,12 @@ class Flip2D:
             for j in range(j_lo, j_hi):
                 self.cell_id[b, i, j] = -1
                 open_sum = self.wu[b, i, j] + self.wu[b, i + 1, j] + self.wv[b, i, j] + self.wv[b, i, j + 1]
-                if self.count[b, i, j] > 0 and open_sum > 0.0:
+                liquid = False
+                if open_sum > 0.0:
+                    liquid = self.count[b, i, j] > 0
+                    if not liquid:
+                        liquid = self.wets_wall(b, i, j)
+                if liquid:
                     self.cell_id[b, i, j] = m
                     self.cells[b, m] = i * ny + j
                     m += 1

@@ -10,7 +10,7 @@ The algorithm is the same, step for step (see ``flip2d.py``'s docstring): nodal 
 (domain walls + bodies, each shape's own ``sdf()``), Batty open-face fractions and face solid
 velocities, bilinear particle-to-grid, two-layer order-independent extrapolation, gravity and
 explicit viscosity (skipped, as in the kernel, when ``nu * dt <= 1e-3 dx^2``), liquid-cell
-marking with the density-correction term, the weighted pressure Poisson equation, FLIP/PIC
+marking (cells holding particles and the empty ones wetting a wall) with the density-correction term, the weighted pressure Poisson equation, FLIP/PIC
 blend, RK2 advection, solid push-out, domain clamp, CFL/viscous substep choice, blow-up
 detection and the same diagnostics. Differences, all deliberate:
 
@@ -230,11 +230,24 @@ class NumpyFlip2D:
         return np.where((wgt > 0.0) & near, f + c * lap, f)
 
     # ------------------------------------------------------------------ pressure
+    def wets_wall(self) -> np.ndarray:
+        """As the kernel's wets_wall: empty cells cut by a solid (centre outside) whose
+        neighbour away from the wall, along the SDF's gradient, holds particles."""
+        phi = self.phi
+        p00, p10, p01, p11 = phi[:-1, :-1], phi[1:, :-1], phi[:-1, 1:], phi[1:, 1:]
+        cut = ((np.minimum(np.minimum(p00, p10), np.minimum(p01, p11)) < 0.0)
+               & (p00 + p10 + p01 + p11 > 0.0) & (self.count == 0))
+        gx, gy = p10 + p11 - p00 - p01, p01 + p11 - p00 - p10
+        wet = np.pad(self.count > 0, 1)
+        wet_x = np.where(gx > 0.0, wet[2:, 1:-1], wet[:-2, 1:-1])
+        wet_y = np.where(gy > 0.0, wet[1:-1, 2:], wet[1:-1, :-2])
+        return cut & (((np.abs(gx) >= 0.5 * np.abs(gy)) & wet_x) | ((np.abs(gy) >= 0.5 * np.abs(gx)) & wet_y))
+
     def project(self, dt: float) -> int:
         nx, ny, dx = self.nx, self.ny, self.dx
         wu, wv, us, ws, u, w, cnt = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.count
         open_sum = wu[:-1] + wu[1:] + wv[:, :-1] + wv[:, 1:]
-        liquid = (cnt > 0) & (open_sum > 0.0)
+        liquid = ((cnt > 0) | self.wets_wall()) & (open_sum > 0.0)
         m = int(liquid.sum())
         iters = 0
         pgrid = np.zeros((nx, ny))

@@ -52,7 +52,7 @@ class World2D(BatchWorld):
                  viscosity: float = 1e-3, *, density: float = 1000.0,
                  gravity: Sequence[float] = (0.0, -9.81), arch: str = "cpu",
                  seed: int | Sequence[int] = 0, batch_size: int = 1,
-                 max_particles: int | None = None, cfl: float = 1.0, flip_ratio: float = 0.95,
+                 max_particles: int | None = None, cfl: float = 2.0, flip_ratio: float = 0.95,
                  dt_max: float = 0.01, density_correction: float = 0.5,
                  settle_speed: float = 0.05):
         super().__init__(size, cells, viscosity, density=density, gravity=gravity, arch=arch,
