@@ -168,6 +168,9 @@ def main(argv=None) -> dict:
                    help="ensemble size of both policies (independently initialised MLPs, mean action)")
     p.add_argument("--input-noise", type=float, default=0.0,
                    help="both policies: Gaussian noise on the normalised inputs while training (x each input's std)")
+    p.add_argument("--ema-epochs", type=float, default=0.0,
+                   help="both policies: fit, validate and return a moving average of the weights with this time "
+                        "constant (epochs; 0: the last weights)")
     p.add_argument("--see-all-obs", action="store_true",
                    help="let the policies see S's velocity and the older heightfield/lip frames (by default "
                         "they do not: a cloned policy copies its last action from them)")
@@ -198,6 +201,7 @@ def main(argv=None) -> dict:
     newest = (dim - 40) // 4                         # entries 40..: 4 frames of heightfield / lip heights
     ignore = [] if args.see_all_obs else [3, 4, 5, *range(40 + newest, dim)]
     common = dict(hidden=args.hidden, members=args.members, input_noise=args.input_noise, ignore_obs=ignore,
+                  ema_epochs=args.ema_epochs,
                   features=args.features,
                   max_epochs=args.max_epochs,
                   seed=args.seed, weight_decay=args.weight_decay, workers=args.workers,
@@ -245,7 +249,7 @@ def main(argv=None) -> dict:
     print()
     print(table({n: results[n] for n in names + ["bc", "dagger"]}, fastest))
     figures = {"expert": args.expert, "gain": args.gain, "members": args.members,
-               "input_noise": args.input_noise, "relabel": args.relabel, "relabel_every": args.relabel_every,
+               "input_noise": args.input_noise, "ema_epochs": args.ema_epochs, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),

@@ -17,8 +17,10 @@
   split (raw observation); with the ``target_path`` features and S's start pose, "none" with
   ``sqp`` at tracking gain 0.1 (a gentler pull back to the plan) 0.77 against BC's 0.76 at equal
   labels and the expert's 0.98, and with 950 demonstrations and input noise 0.71 against BC's
-  0.81 (0.83, its round 0, against 0.80 with the fixed validation episodes below); "replan"
-  every 5 states did not improve on round 0 (README);
+  0.81 (0.83, its round 0, against 0.80 with the fixed validation episodes below); with fits
+  returning the weights' moving average (``ema_epochs``) and S's start velocity as an input,
+  0.86 (round 4) against BC's 0.81 (seed 0); "replan" every 5 states did not improve on round 0
+  (README; round 1 from dagger5's round 0, 200 validation tasks: 0.74, plan-tracking 0.855);
   aggregate every labelled state (successful or not) with the data so far; retrain the policy
   warm-started from round i-1's weights (normalisation fixed at round 0's), early-stopped on
   validation episodes that stay the same in every round (a new draw per round put episodes the

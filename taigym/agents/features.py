@@ -19,8 +19,14 @@ plan, and so its label at any later state, depends on where S started; the obser
 only where S is now. BC on 700 demonstrations, same 90 tasks: 0.67 without, 0.76 with (validation
 MSE 0.0095 -> 0.0077).
 
+``start_velocity``: S's velocity at the episode's first observation (m/s, m/s, rad/s: obs 3-5, which
+the policy does not see later, as they would reveal its own last action). In TRANSFER+FOLLOW tasks
+S starts moving (vx up to ~0.18 m/s) with the liquid; sqp's plan continues that motion, and the
+liquid's carried velocity moves where the first outflow lands. Without it the cloned policies
+failed 13 of 55 FOLLOW tasks against 4 of 45 ZERO tasks (DAgger, eval split; README).
+
 A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
-"horizon": s, "start_pose": bool}`` saved with the policy (the bounds of T's box and the
+"horizon": s, "start_pose": bool, "start_velocity": bool}`` saved with the policy (the bounds of T's box and the
 episode's length are those of the env it was trained in; tasks with another box get wrong
 lookaheads), or ``{"kind": "none"}``.
 """
@@ -36,6 +42,7 @@ ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fract
 # 10-11 T's opening centre minus S's (m), 14 time / horizon
 TIME = 14
 START_DIM = 3                            # S's pose x, y, theta at the episode's start (obs 0-2)
+START_VELOCITY = slice(3, 6)             # S's velocity vx, vy, omega at the episode's start (obs 3-5)
 POUR_OBS_MIN = 40                        # entries 0-39 are shared by obs_mode features and lip
 
 
@@ -59,7 +66,7 @@ def resolve(kind: str, env) -> dict:
 
     bounds = tuple(float(b) for b in (task.target_bounds if task is not None else TARGET_BOUNDS))
     horizon = float(getattr(getattr(u, "cfg", None), "horizon", 5.0))
-    return {"kind": "target_path", "bounds": bounds, "horizon": horizon, "start_pose": True}
+    return {"kind": "target_path", "bounds": bounds, "horizon": horizon, "start_pose": True, "start_velocity": True}
 
 
 def extra_dim(spec: dict | None) -> int:
@@ -67,7 +74,8 @@ def extra_dim(spec: dict | None) -> int:
     if not spec or spec["kind"] == "none":
         return 0
     lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
-    return 3 * lookaheads + (START_DIM if spec.get("start_pose") else 0)
+    return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0)
+            + (START_VELOCITY.stop - START_VELOCITY.start if spec.get("start_velocity") else 0))
 
 
 def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:
@@ -95,11 +103,13 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
         raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
                          f"got {x.shape[1]}")
     parts = [x, np.array([_row(r, spec["bounds"], spec["horizon"]) for r in x], np.float32)]
-    if spec.get("start_pose"):
+    if spec.get("start_pose") or spec.get("start_velocity"):
         if start is None:
-            raise ValueError("features with start_pose need the episode's first observation (start)")
-        parts.append(np.broadcast_to(np.atleast_2d(np.asarray(start, np.float32))[:, :START_DIM],
-                                     (len(x), START_DIM)))
+            raise ValueError("features with start_pose or start_velocity need the episode's first observation (start)")
+        s0 = np.atleast_2d(np.asarray(start, np.float32))
+        for key, cols in (("start_pose", slice(0, START_DIM)), ("start_velocity", START_VELOCITY)):
+            if spec.get(key):
+                parts.append(np.broadcast_to(s0[:, cols], (len(x), cols.stop - cols.start)))
     out = np.hstack(parts)
     return out if obs.ndim == 2 else out[0]
 

@@ -16,7 +16,11 @@
   ~20 us per decision), so its latency is the policy's, not the framework's.
 * :func:`fit`: supervised regression (MSE, Adam, minibatches, early stopping on a validation
   split) with a resumable state, used by ``bc`` (one fit) and ``dagger`` (one fit per round,
-  warm-started).
+  warm-started). With ``ema_epochs`` > 0 it validates and returns an exponential moving average
+  of the weights (Polyak averaging) instead of the last weights: the closed-loop success of the
+  raw weights swings from epoch to epoch (round 0 of DAgger on 950 demonstrations, warm-started
+  refit, 200 validation tasks every 3 epochs: 0.705-0.85), that of their average does not
+  (0.82-0.86; README).
 
 Everything is seeded: the same data, configuration and seed give the same weights.
 """
@@ -55,6 +59,7 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
     features="auto",        # input features (taigym.agents.features): auto | target_path | none
     members=1,              # ensemble size: independently initialised MLPs, the action is their mean
     input_noise=0.0,        # std of Gaussian noise added to the normalised inputs while training
+    ema_epochs=0.0,         # time constant (epochs) of the weights' moving average the fit returns; 0: off
 )
 
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -349,6 +354,8 @@ class Fit:
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.epoch, self.bad_epochs, self.done, self.reason = 0, 0, False, ""
         self.best_val, self.best_state = math.inf, copy.deepcopy(policy.state_dict())
+        # the weights' moving average (None: off): validated, early-stopped on and returned
+        self.ema = copy.deepcopy(policy) if float(cfg.get("ema_epochs") or 0.0) > 0 else None
         self.history: list[dict] = []
         self.torch_gen = torch.Generator().manual_seed(int(seed))
 
@@ -358,7 +365,7 @@ class Fit:
                 "best_val": self.best_val, "best_state": self.best_state,
                 "model": self.policy.state_dict(), "opt": self.opt.state_dict(),
                 "rng": self.rng.bit_generator.state, "torch_gen": self.torch_gen.get_state(),
-                "history": self.history,
+                "history": self.history, "ema": None if self.ema is None else self.ema.state_dict(),
                 "train_idx": self.train_idx, "val_idx": self.val_idx}
 
     def load_state_dict(self, s: dict) -> None:
@@ -373,14 +380,21 @@ class Fit:
         if "torch_gen" in s:
             self.torch_gen.set_state(s["torch_gen"])
         self.history = list(s["history"])
+        if self.ema is not None:
+            self.ema.load_state_dict(s["ema"] if s.get("ema") is not None else s["model"])
         self.train_idx, self.val_idx = s["train_idx"], s["val_idx"]
 
     # -- training
+    @property
+    def validated(self) -> MLPPolicy:
+        """The weights that are validated and returned: the moving average, or the last weights."""
+        return self.policy if self.ema is None else self.ema
+
     def _loss(self, idx: np.ndarray) -> float:
         if len(idx) == 0:
             return math.nan
         with torch.no_grad():
-            pred = self.policy(torch.as_tensor(self.obs[idx]))
+            pred = self.validated(torch.as_tensor(self.obs[idx]))
             return float(((pred - torch.as_tensor(self.act[idx])) ** 2).mean())
 
     def run(self, *, stop_after: int | None = None,
@@ -397,6 +411,8 @@ class Fit:
                 self.policy.train()
                 perm = self.rng.permutation(self.train_idx)
                 bs = max(int(cfg["batch_size"]), 1)
+                # per minibatch: time constant ema_epochs x the minibatches of an epoch
+                decay = math.exp(-1.0 / (float(cfg.get("ema_epochs") or 1.0) * math.ceil(len(perm) / bs)))
                 noise = float(cfg.get("input_noise") or 0.0)
                 total, count = 0.0, 0
                 for i in range(0, len(perm), bs):
@@ -410,6 +426,10 @@ class Fit:
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
                     self.opt.step()
+                    if self.ema is not None:
+                        with torch.no_grad():
+                            for avg, w in zip(self.ema.parameters(), self.policy.parameters()):
+                                avg.lerp_(w, 1.0 - decay)
                     total += float(loss.detach()) / self.policy.members * len(idx)
                     count += len(idx)
                 self.policy.eval()
@@ -419,7 +439,7 @@ class Fit:
                 score = val if len(self.val_idx) else total / max(count, 1)
                 if score < self.best_val - 1e-12:
                     self.best_val, self.bad_epochs = score, 0
-                    self.best_state = copy.deepcopy(self.policy.state_dict())
+                    self.best_state = copy.deepcopy(self.validated.state_dict())
                 else:
                     self.bad_epochs += 1
                 row = {"epoch": self.epoch, "train_loss": total / max(count, 1), "val_loss": val}
@@ -435,7 +455,8 @@ class Fit:
             torch.set_num_threads(old_threads)
 
     def finalise(self) -> MLPPolicy:
-        """Load the best weights (lowest validation loss) into the policy and return it.
+        """Load the best weights (lowest validation loss; of the moving average with ``ema_epochs``)
+        into the policy and return it.
         (Checkpoint with :meth:`state_dict` before: it keeps the last weights for resuming.)"""
         self.policy.load_state_dict(self.best_state)
         self.policy.eval()
