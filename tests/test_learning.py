@@ -457,6 +457,8 @@ def test_fit_moving_average_damps_weight_noise_and_resumes():
     assert any(not torch.equal(last[k], returned[k]) for k in last)    # the average, not the last weights
     assert avg.best_val < raw.best_val
     assert error(avg.policy) < 0.5 * error(raw.finalise())             # measured 0.003 against 0.026
+    with pytest.raises(ValueError, match="ema_epochs"):
+        fit(-1.0)
     half = fit(1.0, stop_after=3)
     resumed = fit(1.0, state=half.state_dict())
     for a, b in zip(resumed.finalise().state_dict().values(), avg.policy.state_dict().values()):

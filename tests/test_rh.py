@@ -239,6 +239,10 @@ def test_drip_costs_liquid_over_the_lip_only_when_it_falls_outside_T():
         hc.w_drip = w
         return with_drip - without
 
+    with pytest.raises(ValueError, match="drip_weight"):
+        make("rh", env, drip_weight=-1.0)
+    with pytest.raises(ValueError, match="drip_margin"):
+        make("rh", env, drip_margin=2.0)
     lean = hc.max_tilt - 0.5 * hc.drip_margin                 # past the margin, below the max tilt
     assert drip(0.0, lean) == 0.0                              # above T's opening
     assert drip(-side * 0.3, hc.max_tilt - 1.5 * hc.drip_margin) == 0.0   # not leaning far enough

@@ -354,8 +354,11 @@ class Fit:
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.epoch, self.bad_epochs, self.done, self.reason = 0, 0, False, ""
         self.best_val, self.best_state = math.inf, copy.deepcopy(policy.state_dict())
+        ema_epochs = float(cfg.get("ema_epochs") or 0.0)
+        if not ema_epochs >= 0.0:
+            raise ValueError(f"ema_epochs must be >= 0 (epochs; 0: off), got {cfg.get('ema_epochs')!r}")
         # the weights' moving average (None: off): validated, early-stopped on and returned
-        self.ema = copy.deepcopy(policy) if float(cfg.get("ema_epochs") or 0.0) > 0 else None
+        self.ema = copy.deepcopy(policy) if ema_epochs > 0 else None
         self.history: list[dict] = []
         self.torch_gen = torch.Generator().manual_seed(int(seed))
 
@@ -411,8 +414,8 @@ class Fit:
                 self.policy.train()
                 perm = self.rng.permutation(self.train_idx)
                 bs = max(int(cfg["batch_size"]), 1)
-                # per minibatch: time constant ema_epochs x the minibatches of an epoch
-                decay = math.exp(-1.0 / (float(cfg.get("ema_epochs") or 1.0) * math.ceil(len(perm) / bs)))
+                if self.ema is not None:  # per minibatch: time constant ema_epochs x an epoch's minibatches
+                    decay = math.exp(-1.0 / (float(cfg["ema_epochs"]) * math.ceil(len(perm) / bs)))
                 noise = float(cfg.get("input_noise") or 0.0)
                 total, count = 0.0, 0
                 for i in range(0, len(perm), bs):

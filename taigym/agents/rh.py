@@ -456,6 +456,10 @@ class RHAgent(Agent):
             self.cfg[k] = tuple(float(v) for v in self.cfg[k])
         if not (isinstance(self.cfg["horizon_steps"], int) and 1 <= self.cfg["horizon_steps"] <= 200):
             raise ValueError(f"horizon_steps must be an integer in [1, 200], got {self.cfg['horizon_steps']!r}")
+        if not float(self.cfg["drip_weight"]) >= 0.0:
+            raise ValueError(f"drip_weight must be >= 0 (0: off), got {self.cfg['drip_weight']!r}")
+        if not 0.0 <= float(self.cfg["drip_margin"]) <= math.pi / 2:
+            raise ValueError(f"drip_margin must be in [0, pi/2] rad, got {self.cfg['drip_margin']!r}")
         self.net, self.meta = net, dict(meta or {})
         obs_dim = int(np.prod(env.observation_space.shape or (0,)))
         if obs_dim != net.in_dim:
