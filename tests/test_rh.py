@@ -241,8 +241,10 @@ def test_drip_costs_liquid_over_the_lip_only_when_it_falls_outside_T():
 
     with pytest.raises(ValueError, match="drip_weight"):
         make("rh", env, drip_weight=-1.0)
-    with pytest.raises(ValueError, match="drip_margin"):
-        make("rh", env, drip_margin=2.0)
+    for bad in (dict(drip_margin=2.0), dict(slosh_time=-0.1), dict(horizon_steps=2.5), dict(lean=4.0),
+                dict(flow_gain=-1.0), dict(prior_scale=(0.02, 0.0, 0.2))):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make("rh", env, **bad)
     lean = hc.max_tilt - 0.5 * hc.drip_margin                 # past the margin, below the max tilt
     assert drip(0.0, lean) == 0.0                              # above T's opening
     assert drip(-side * 0.3, hc.max_tilt - 1.5 * hc.drip_margin) == 0.0   # not leaning far enough

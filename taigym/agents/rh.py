@@ -95,6 +95,15 @@ PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
                         dribble_weight=1.0, flow_gain=2.0, slosh_time=0.1,
                         drip_weight=1.0, drip_margin=0.2)
+#: accepted range (closed) of each numeric planner option, with its unit; horizon_steps and
+#: max_iterations are integers, prior_scale and smooth_scale three positive scales (m, m, rad)
+PLANNER_RANGES = dict(horizon_steps=(1, 200, "steps"), pour_weight=(0.0, math.inf, ""),
+                      prior_weight=(0.0, math.inf, ""), smooth_weight=(0.0, math.inf, ""),
+                      collision_weight=(0.0, math.inf, ""), clearance=(0.0, 0.1, "m"),
+                      max_iterations=(1, 1000, "iterations"), lean=(0.1, math.pi, "rad"),
+                      rho_floor=(1e-6, math.inf, ""), dribble_weight=(0.0, math.inf, ""),
+                      flow_gain=(0.0, math.inf, ""), slosh_time=(0.0, 10.0, "s"),
+                      drip_weight=(0.0, math.inf, "(0: off)"), drip_margin=(0.0, math.pi / 2, "rad"))
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
                       labels="particles", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256,
                       val_fraction=0.15, seed=0, progress=True)
@@ -125,7 +134,7 @@ class HorizonCost:
         self.drip_margin = float(cfg["drip_margin"])
         # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
         # (backward Euler, b = dt / (slosh_time + dt)), u_k S's velocity over step k, v_0 given
-        b = dt / (max(cfg["slosh_time"], 0.0) + dt)
+        b = dt / (cfg["slosh_time"] + dt)
         k = np.arange(len(prior_poses))
         decay = (1.0 - b) ** np.maximum(k[:, None] - k[None, :], 0)
         self.lag_inv = np.tril(b * decay) / dt                         # (K, K): steps -> m/s
@@ -432,6 +441,20 @@ def _source_points(shape, per_edge: int = 2) -> np.ndarray:
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "models" / "data" / "rh_liquid_net.pt"
 
 
+def _check_ranges(cfg: dict) -> None:
+    """ValueError naming the first planner option outside its PLANNER_RANGES range."""
+    for k, (lo, hi, unit) in PLANNER_RANGES.items():
+        v = cfg[k]
+        integer = isinstance(lo, int)
+        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+        if not (ok and not isinstance(v, bool) and lo <= v <= hi):
+            kind = "an integer" if integer else "a number"
+            raise ValueError(f"{k} must be {kind} in [{lo}, {hi}]{' ' + unit if unit else ''}, got {v!r}")
+    for k in ("prior_scale", "smooth_scale"):
+        if len(cfg[k]) != 3 or min(cfg[k]) <= 0.0:
+            raise ValueError(f"{k} must be three positive scales (m, m, rad), got {cfg[k]!r}")
+
+
 class RHAgent(Agent):
     """Receding-horizon planner over the network's predictions (module docstring)."""
 
@@ -454,12 +477,7 @@ class RHAgent(Agent):
         super().__init__(env, **{**PLANNER_DEFAULTS, **cfg})
         for k in ("prior_scale", "smooth_scale"):
             self.cfg[k] = tuple(float(v) for v in self.cfg[k])
-        if not (isinstance(self.cfg["horizon_steps"], int) and 1 <= self.cfg["horizon_steps"] <= 200):
-            raise ValueError(f"horizon_steps must be an integer in [1, 200], got {self.cfg['horizon_steps']!r}")
-        if not float(self.cfg["drip_weight"]) >= 0.0:
-            raise ValueError(f"drip_weight must be >= 0 (0: off), got {self.cfg['drip_weight']!r}")
-        if not 0.0 <= float(self.cfg["drip_margin"]) <= math.pi / 2:
-            raise ValueError(f"drip_margin must be in [0, pi/2] rad, got {self.cfg['drip_margin']!r}")
+        _check_ranges(self.cfg)
         self.net, self.meta = net, dict(meta or {})
         obs_dim = int(np.prod(env.observation_space.shape or (0,)))
         if obs_dim != net.in_dim:
@@ -572,7 +590,7 @@ class RHAgent(Agent):
         if self._v_liquid is None:
             self._v_liquid = v.copy()
             return
-        b = self.dt / (max(self.cfg["slosh_time"], 0.0) + self.dt)
+        b = self.dt / (self.cfg["slosh_time"] + self.dt)
         self._v_liquid = (1.0 - b) * self._v_liquid + b * v
 
     # ------------------------------------------------------------------ persistence
