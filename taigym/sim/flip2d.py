@@ -47,6 +47,7 @@ MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
 PARALLEL_LANES = 4096      # see advance()
+UNNUMBERED = -2           # cell_id of a liquid cell before build_pressure_system numbers it
 # What a grid pass visits (Flip2D.rows): u-faces, v-faces, cells, nodes.
 U_FACES, V_FACES, CELLS, NODES = range(4)
 
@@ -61,6 +62,9 @@ class Flip2D:
                  cfl: float, flip_ratio: float, dt_max: float, density_correction: float,
                  settle_speed: float, particles_per_cell: int = 4):
         self.B, self.nx, self.ny, self.dx = batch, nx, ny, dx
+        # 1 / dx: the particle passes map positions to cells by a multiply, not a division
+        # (divisions were a large part of their cost)
+        self.inv_dx = 1.0 / dx
         self.P, self.K = max_particles, max_bodies
         self.cfl, self.flip_ratio, self.dt_max = cfl, flip_ratio, dt_max
         self.kappa, self.settle_speed, self.ppc = density_correction, settle_speed, particles_per_cell
@@ -123,7 +127,9 @@ class Flip2D:
         self.box = ti.Vector.field(4, ti.i32, shape=B)
         self.span = ti.Vector.field(2, ti.i32, shape=(B, nx))
         self.extent = ti.Vector.field(2, ti.i32, shape=(B, nx))
-        # pressure system on the compact list of liquid cells, in lexicographic order
+        # pressure system on the compact list of liquid cells, ordered by anti-diagonal
+        # (build_pressure_system); `wave` counts and then numbers each diagonal's cells
+        self.wave = ti.field(ti.i32, shape=(B, nx + ny))
         self.cells = ti.field(ti.i32, shape=(B, C))
         self.nbr = ti.Vector.field(4, ti.i32, shape=(B, C))         # left, right, down, up
         self.coef = ti.Vector.field(4, ti.f32, shape=(B, C))        # face weights to them
@@ -285,9 +291,9 @@ class Flip2D:
     # ------------------------------------------------------------------ transfers
     @ti.func
     def splat(self, b, x, vel):
-        dx = self.dx
+        inv_dx = self.inv_dx
         # u-faces sit at (i dx, (j + 1/2) dx), v-faces at ((i + 1/2) dx, j dx)
-        fx, fy = x[0] / dx, x[1] / dx - 0.5
+        fx, fy = x[0] * inv_dx, x[1] * inv_dx - 0.5
         i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
         ax, ay = fx - i0, fy - j0
         for di, dj in ti.static(ti.ndrange(2, 2)):
@@ -296,7 +302,7 @@ class Flip2D:
                 wgt = (ax if di else 1.0 - ax) * (ay if dj else 1.0 - ay)
                 self.u[b, i, j] = self.u[b, i, j] + (wgt * vel[0])
                 self.u_tmp[b, i, j] = self.u_tmp[b, i, j] + wgt
-        fx, fy = x[0] / dx - 0.5, x[1] / dx
+        fx, fy = x[0] * inv_dx - 0.5, x[1] * inv_dx
         i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
         ax, ay = fx - i0, fy - j0
         for di, dj in ti.static(ti.ndrange(2, 2)):
@@ -319,11 +325,11 @@ class Flip2D:
     def splat_particle_density(self, b, x):
         """Particle x's count in its cell and its bilinear share of the number density at cell
         centres (1 = rest)."""
-        dx = self.dx
-        ci = ti.min(ti.max(int(x[0] / dx), 0), self.nx - 1)
-        cj = ti.min(ti.max(int(x[1] / dx), 0), self.ny - 1)
+        inv_dx = self.inv_dx
+        ci = ti.min(ti.max(int(x[0] * inv_dx), 0), self.nx - 1)
+        cj = ti.min(ti.max(int(x[1] * inv_dx), 0), self.ny - 1)
         self.count[b, ci, cj] = self.count[b, ci, cj] + 1
-        fx, fy = x[0] / dx - 0.5, x[1] / dx - 0.5
+        fx, fy = x[0] * inv_dx - 0.5, x[1] * inv_dx - 0.5
         i0, j0 = int(ti.floor(fx)), int(ti.floor(fy))
         ax, ay = fx - i0, fy - j0
         for di, dj in ti.static(ti.ndrange(2, 2)):
@@ -416,8 +422,8 @@ class Flip2D:
     def sample(self, b, f: ti.template(), x, ox, oy):
         """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
         ni, nj = f.shape[1], f.shape[2]
-        fx = ti.math.clamp(x[0] / self.dx - ox, 0.0, ni - 1.0 - 1e-4)
-        fy = ti.math.clamp(x[1] / self.dx - oy, 0.0, nj - 1.0 - 1e-4)
+        fx = ti.math.clamp(x[0] * self.inv_dx - ox, 0.0, ni - 1.0 - 1e-4)
+        fy = ti.math.clamp(x[1] * self.inv_dx - oy, 0.0, nj - 1.0 - 1e-4)
         i0, j0 = int(fx), int(fy)
         ax, ay = fx - i0, fy - j0
         return ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
@@ -430,16 +436,15 @@ class Flip2D:
     @ti.func
     def solid_at(self, b, x):
         """Bilinear nodal SDF, its gradient and the solid velocity at a world point."""
-        dx = self.dx
-        fx = ti.math.clamp(x[0] / dx, 0.0, self.nx - 1e-4)
-        fy = ti.math.clamp(x[1] / dx, 0.0, self.ny - 1e-4)
+        fx = ti.math.clamp(x[0] * self.inv_dx, 0.0, self.nx - 1e-4)
+        fy = ti.math.clamp(x[1] * self.inv_dx, 0.0, self.ny - 1e-4)
         i, j = int(fx), int(fy)
         ax, ay = fx - i, fy - j
         p00, p10 = self.phi[b, i, j], self.phi[b, i + 1, j]
         p01, p11 = self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1]
         phi = (1 - ax) * (1 - ay) * p00 + ax * (1 - ay) * p10 + (1 - ax) * ay * p01 + ax * ay * p11
         grad = ti.Vector([(1 - ay) * (p10 - p00) + ay * (p11 - p01),
-                          (1 - ax) * (p01 - p00) + ax * (p11 - p10)]) / dx
+                          (1 - ax) * (p01 - p00) + ax * (p11 - p10)]) * self.inv_dx
         vs = ((1 - ax) * (1 - ay) * self.vnode[b, i, j] + ax * (1 - ay) * self.vnode[b, i + 1, j]
               + (1 - ax) * ay * self.vnode[b, i, j + 1] + ax * ay * self.vnode[b, i + 1, j + 1])
         return phi, grad, vs
@@ -592,6 +597,8 @@ class Flip2D:
         # Liquid cells: those holding particles, or wetting a wall (wets_wall), and not sealed
         # off by solids.
         m = 0
+        for k in range(self.nx + self.ny):
+            self.wave[b, k] = 0  # liquid cells on the anti-diagonal i + j = k
         i0, i1 = self.box[b][0], self.box[b][1]
         for i in range(i0, i1):
             j_lo, j_hi = self.rows(b, CELLS, i)
@@ -604,9 +611,27 @@ class Flip2D:
                     if not liquid:
                         liquid = self.wets_wall(b, i, j)
                 if liquid:
-                    self.cell_id[b, i, j] = m
-                    self.cells[b, m] = i * ny + j
+                    self.cell_id[b, i, j] = UNNUMBERED
+                    self.wave[b, i + j] = self.wave[b, i + j] + 1
                     m += 1
+        # Number the cells by anti-diagonal (i + j), then i: a cell's left and lower
+        # neighbours are on the diagonal before it, as MIC(0) needs, and the cells of one
+        # diagonal do not depend on each other, so the preconditioner's sweeps (a chain of
+        # dependent loads and multiplies down each column in lexicographic order) overlap
+        # several cells at a time on the CPU.
+        start = 0
+        for k in range(self.nx + self.ny):  # counts -> first index of each diagonal
+            n_k = self.wave[b, k]
+            self.wave[b, k] = start
+            start += n_k
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, CELLS, i)
+            for j in range(j_lo, j_hi):
+                if self.cell_id[b, i, j] == UNNUMBERED:
+                    c = self.wave[b, i + j]
+                    self.wave[b, i + j] = c + 1
+                    self.cell_id[b, i, j] = c
+                    self.cells[b, c] = i * ny + j
         for c in range(m):
             i, j = self.cells[b, c] // ny, self.cells[b, c] % ny
             wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
@@ -775,7 +800,7 @@ class Flip2D:
             # RK2 through the grid velocity in legs of at most ADVECTION_CFL cells, each followed
             # by a push out of solids, so that no particle can cross a wall two cells thick
             # even when the substep's CFL number is larger.
-            legs = ti.max(1, int(ti.ceil(v_pic.norm() * dt / (ADVECTION_CFL * self.dx))))
+            legs = ti.max(1, int(ti.ceil(v_pic.norm() * dt * (self.inv_dx / ADVECTION_CFL))))
             h = dt / legs
             v_start = v_pic  # grid velocity at x (the first leg starts where v_pic was sampled)
             for leg in range(legs):
@@ -845,7 +870,7 @@ class Flip2D:
     @ti.func
     def add_to_extent(self, b, x):
         """Widen the row extent of the column holding point x to x's row."""
-        c = ti.cast(ti.floor(x / self.dx), ti.i32)
+        c = ti.cast(ti.floor(x * self.inv_dx), ti.i32)
         i = ti.min(ti.max(c[0], 0), self.nx - 1)
         j = ti.min(ti.max(c[1], 0), self.ny - 1)
         e = self.extent[b, i]

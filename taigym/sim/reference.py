@@ -253,7 +253,8 @@ class NumpyFlip2D:
         pgrid = np.zeros((nx, ny))
         if m > 0:
             cid = np.full((nx, ny), -1, np.int64)
-            cid[liquid] = np.arange(m)  # C order = lexicographic i * ny + j, as in the kernel
+            cid[liquid] = np.arange(m)  # C order, i * ny + j (the kernel numbers by anti-diagonal
+                                        # for its PCG; a direct solve does not depend on the order)
             # Batty's divergence and the density-correction target
             div = ((wu[1:] * u[1:] + (1 - wu[1:]) * us[1:]) - (wu[:-1] * u[:-1] + (1 - wu[:-1]) * us[:-1])
                    + (wv[:, 1:] * w[:, 1:] + (1 - wv[:, 1:]) * ws[:, 1:])
