@@ -7,7 +7,8 @@ clipped to [-1, 1]. ``replan(info)`` plans again from the state in ``info`` (S's
 velocity, the time, the fraction still in S) for the remaining horizon: DAgger queries the
 expert at the states the learner visits this way; ``replan_every=k`` does it every k steps.
 A replan is MPC-consistent: warm-started from the rest of the current plan, continuing S's
-velocity, with the liquid's outflow speed, and holding S still past the plan's end, so that from
+velocity, with the liquid's outflow speed, pouring over the same lip (``PourProblem.side``),
+and holding S still past the plan's end, so that from
 a state on the plan it keeps about the plan's action (DAgger's labels agree with the demos).
 
 ``track_gain`` sets how a step returns to the plan from a state off it (a DAgger learner's): the
@@ -95,16 +96,20 @@ class SQPAgent(Agent):
         if horizon - t - self.cfg["drain_time"] < 0.5 * dt and self.plan is not None:
             # past the plan's end the expert holds S still while the last liquid drains: a replan
             # there does the same (a new plan's guide term would tilt S further)
-            self.plan = PourPlan(np.array([pose, pose]), np.array([t, t + dt]), {}, 0, 0.0, "hold", 0.0)
+            self.plan = PourPlan(np.array([pose, pose]), np.array([t, t + dt]), {}, 0, 0.0, "hold", 0.0,
+                                 side=self.plan.side)
             self._task, self._step = task, 0
             return self.plan
         # the plan ends ``drain_time`` before the episode does; S then holds its last pose
+        # a replan pours over the same lip as the plan it replaces (PourProblem.side)
+        side = self.plan.side if self.plan is not None and task is self._task else 0.0
         nodes = max(int(round((horizon - t - self.cfg["drain_time"]) / dt)), int(self.cfg["min_nodes"]))
         cfg = SQPConfig(**{"nodes": nodes, "dt": dt, "max_step": tuple(scale), **self.planner_cfg})
         prob = PourProblem.from_task(
             task, wall_thickness=wall, pose=info.get("source_pose"),
             velocity=info.get("source_velocity"), time=t,
-            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), **self._liquid_state())
+            in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), side=side,
+            **self._liquid_state())
         plan = plan_pour(prob, cfg, init=self._warm_start(task, t, nodes, prob.start_pose))
         self.planning_seconds += plan.wall_time
         self.plan, self._task, self._step = plan, task, 0

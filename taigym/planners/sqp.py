@@ -113,16 +113,32 @@ class PourProblem:
     #: circles (x, y, radius; m, S's frame) of what holds S (a robot's hand, beside S in 3D):
     #: kept clear of the boxes, the floor and the edges like S's walls, not of T
     holder: tuple = ()
+    #: the lip S pours over: +1 its right (T to S's right, S leans clockwise), -1 its left; 0:
+    #: T's side of S at the horizon's middle. A replan keeps its plan's side: once S has moved
+    #: its lip over T, S's centre is past T's opening and the geometric test would flip the lean
+    side: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.side not in (-1.0, 0.0, 1.0):
+            raise ValueError(f"side must be -1, 0 or 1, got {self.side!r}")
+
+    def pour_side(self, nodes: int, dt: float) -> float:
+        """:attr:`side`, or if 0 T's side of S (+1: right) at the middle of ``nodes`` steps."""
+        if self.side:
+            return float(self.side)
+        t_mid = self.start_time + dt * (nodes // 2)
+        tx = self.target_path(np.array([t_mid]))[0, 0] + self.target.opening_centre[0]
+        return 1.0 if tx >= self.start_pose[0] else -1.0
 
     @classmethod
     def from_task(cls, task, *, wall_thickness: float = 0.01, pose=None, velocity=None,
                   time: float = 0.0, in_source: float = 1.0, speed: float = 0.0,
-                  surface=None, domain=(0.8, 0.5)) -> "PourProblem":
+                  surface=None, domain=(0.8, 0.5), side: float = 0.0) -> "PourProblem":
         """The problem of a Pour task (``taigym.envs.pour_tasks.PourTask``) from its start, or
         from a later state: S's ``pose`` and ``velocity`` at ``time`` with the fraction
         ``in_source`` of the liquid still in S, its outflow speed ``speed`` and slosh state
         ``surface`` (:attr:`surface`; None: a flat surface on liquid moving with S, or at the
-        task's start at rest unless the task's liquid follows S)."""
+        task's start at rest unless the task's liquid follows S); ``side``: :attr:`side`."""
         source = task.source_shape(wall_thickness)
         v0 = source.liquid_area(task.fill)
         if not (0.0 <= in_source <= 1.0 + 1e-9):
@@ -141,7 +157,7 @@ class PourProblem:
                    target_velocity=tuple(task.target_velocity),
                    target_bounds=tuple(task.target_bounds),
                    obstacles=tuple(tuple(o) for o in getattr(task, "obstacles", ())),
-                   domain=tuple(domain), surface=tuple(float(v) for v in surface))
+                   domain=tuple(domain), surface=tuple(float(v) for v in surface), side=float(side))
 
     def target_path(self, t: np.ndarray) -> np.ndarray:
         """T's frame position (..., 2) at times t (s): constant velocity, elastic bounces."""
@@ -162,7 +178,8 @@ class PourProblem:
 class PourPlan:
     """The planner's result. ``poses`` (nodes + 1, 3) from the start pose; ``times`` (s);
     ``predicted``: the simplified model's fractions along the plan (``in_target``,
-    ``spilled``, ``in_source``); ``status``: why it stopped."""
+    ``spilled``, ``in_source``); ``status``: why it stopped; ``side``: the lip it pours over
+    (:attr:`PourProblem.side`)."""
 
     poses: np.ndarray
     times: np.ndarray
@@ -172,6 +189,7 @@ class PourPlan:
     status: str
     merit: float
     history: list = field(default_factory=list)
+    side: float = 0.0
 
 
 # ---------------------------------------------------------------------- batched model rollout
@@ -340,7 +358,7 @@ def initial_trajectory(prob: PourProblem, cfg: SQPConfig) -> np.ndarray:
     t = prob.start_time + cfg.dt * np.arange(N + 1)
     z = np.tile(np.asarray(prob.start_pose, np.float64), (N + 1, 1))
     tx = prob.target_path(t)[:, 0] + prob.target.opening_centre[0]
-    side = 1.0 if tx[N // 2] >= z[0, 0] else -1.0
+    side = prob.pour_side(N, cfg.dt)
     lip = prob.source.lips[1][0] if side > 0 else prob.source.lips[0][0]
     goal_x = tx - lip                                   # S's lip over T's opening centre
     ramp = np.clip(np.arange(N + 1) / (0.4 * N), 0.0, 1.0)
@@ -454,7 +472,7 @@ def plan_pour(prob: PourProblem, cfg: SQPConfig | None = None, init: np.ndarray 
     if z.shape != (N + 1, 3):
         raise ValueError(f"init must have shape ({N + 1}, 3), got {np.shape(init)}")
     z = _limit_steps(np.vstack([z0, z[1:]]), cfg)[1:]
-    side = 1.0 if prob.target_path(roll.times[N // 2:N // 2 + 1])[0, 0] + roll.oc[0] >= z0[0] else -1.0
+    side = prob.pour_side(N, cfg.dt)
     theta_goal = -side * cfg.final_lean                # lean towards T: clockwise if T is right
     ss = np.asarray(cfg.smooth_scale)
     w_pour = math.sqrt(cfg.pour_weight) / roll.half_width
@@ -564,4 +582,4 @@ def plan_pour(prob: PourProblem, cfg: SQPConfig | None = None, init: np.ndarray 
     outcome = {"in_target": in_t, "spilled": left - in_t,
                "in_source": prob.volume / prob.initial_volume - left, "collision": float(cur_viol)}
     return PourPlan(poses, roll.times.copy(), outcome, it, time.perf_counter() - t_start,
-                    status, cur_merit, history)
+                    status, cur_merit, history, side)
