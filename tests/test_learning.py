@@ -105,6 +105,14 @@ def test_unknown_options_raise(tmp_path):
         dagger.train(make_env, {"relabel_every": 0}, tmp_path / "c", ListLogger())
     with pytest.raises(ValueError, match="features"):
         bc.train(make_env, {"features": "lip_only"}, tmp_path / "d", ListLogger())
+    # fit options outside their range are named before any demonstration is collected
+    for bad, name in ((dict(lr=0.0), "lr"), (dict(input_noise=-0.1), "input_noise"),
+                      (dict(batch_size=0), "batch_size"), (dict(val_fraction=1.0), "val_fraction"),
+                      (dict(max_epochs=2.5), "max_epochs")):
+        with pytest.raises(ValueError, match=rf"{name} must be .* got"):
+            bc.train(make_env, bad, tmp_path / "e", ListLogger())
+        with pytest.raises(ValueError, match=rf"{name} must be .* got"):
+            dagger.train(make_env, bad, tmp_path / "f", ListLogger())
 
 
 def test_bc_resumes_from_checkpoint(tmp_path):

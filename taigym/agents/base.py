@@ -40,6 +40,18 @@ class Agent:
         return f"{type(self).__name__}({cfg})"
 
 
+def check_ranges(cfg: dict, ranges: dict[str, tuple]) -> None:
+    """ValueError naming the first option of ``ranges`` (name -> (low, high, unit)) whose value
+    in ``cfg`` is outside [low, high]; an integer ``low`` asks for an integer."""
+    for k, (lo, hi, unit) in ranges.items():
+        v = cfg[k]
+        integer = isinstance(lo, int)
+        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
+        if not (ok and not isinstance(v, bool) and lo <= v <= hi):
+            kind = "an integer" if integer else "a number"
+            raise ValueError(f"{k} must be {kind} in [{lo}, {hi}]{' ' + unit if unit else ''}, got {v!r}")
+
+
 def run_episode(env, agent: Agent, *, seed: int | None = None, task=None,
                 frames: list | None = None) -> dict:
     """Run one episode; returns its final metrics, return, length and mean decision time (s).

@@ -42,7 +42,7 @@ from gymnasium import spaces
 from torch import nn
 
 from . import features as _features
-from .base import Agent
+from .base import Agent, check_ranges
 
 #: hyperparameters of the network and of :func:`fit` (shared by ``bc`` and ``dagger``)
 TRAIN_DEFAULTS: dict[str, Any] = dict(
@@ -62,18 +62,28 @@ TRAIN_DEFAULTS: dict[str, Any] = dict(
     ema_epochs=0.0,         # time constant (epochs) of the weights' moving average the fit returns; 0: off
 )
 
+#: accepted ranges of the numeric options of :func:`fit` (``check_cfg`` raises ValueError outside)
+TRAIN_RANGES = dict(lr=(1e-8, 1.0, ""), weight_decay=(0.0, 1.0, ""), batch_size=(1, 1 << 20, "transitions"),
+                    max_epochs=(1, 100_000, "epochs"), patience=(1, 100_000, "epochs"),
+                    val_fraction=(0.0, 0.9, "(0: no early stopping)"), seed=(0, 2**32 - 1, ""),
+                    threads=(1, 256, ""), members=(1, 64, "MLPs"), input_noise=(0.0, 10.0, "(normalised units)"),
+                    ema_epochs=(0.0, 1000.0, "epochs (0: off)"))
+
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
 CLIP_NORMALISED = 10.0      # normalised inputs are clipped to +-10 (states far off the data)
 
 
 def check_cfg(cfg: dict | None, defaults: dict, what: str) -> dict:
-    """``{**defaults, **cfg}``; unknown keys raise ``ValueError`` naming them."""
+    """``{**defaults, **cfg}``; unknown keys, and fit options outside TRAIN_RANGES, raise
+    ``ValueError`` naming them."""
     cfg = dict(cfg or {})
     unknown = sorted(set(cfg) - set(defaults))
     if unknown:
         raise ValueError(f"unknown {what} option(s): {', '.join(unknown)}; accepted: "
                          f"{', '.join(sorted(defaults))}")
-    return {**copy.deepcopy(defaults), **cfg}
+    out = {**copy.deepcopy(defaults), **cfg}
+    check_ranges(out, {k: r for k, r in TRAIN_RANGES.items() if k in out})
+    return out
 
 
 def flat_obs_dim(space) -> int:
@@ -354,11 +364,8 @@ class Fit:
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.epoch, self.bad_epochs, self.done, self.reason = 0, 0, False, ""
         self.best_val, self.best_state = math.inf, copy.deepcopy(policy.state_dict())
-        ema_epochs = float(cfg.get("ema_epochs") or 0.0)
-        if not ema_epochs >= 0.0:
-            raise ValueError(f"ema_epochs must be >= 0 (epochs; 0: off), got {cfg.get('ema_epochs')!r}")
         # the weights' moving average (None: off): validated, early-stopped on and returned
-        self.ema = copy.deepcopy(policy) if ema_epochs > 0 else None
+        self.ema = copy.deepcopy(policy) if float(cfg.get("ema_epochs") or 0.0) > 0 else None
         self.history: list[dict] = []
         self.torch_gen = torch.Generator().manual_seed(int(seed))
 

@@ -81,7 +81,7 @@ from taigym.models.liquid_net import FitConfig, LiquidNet, fit
 from taigym.models.outflow_tables import outflow_tables
 from taigym.planners.cmaes import Reference, target_path
 
-from .base import Agent
+from .base import Agent, check_ranges
 from .cmaes import env_constants
 from .policy import torch_load, torch_save_atomic
 
@@ -443,13 +443,7 @@ SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "models" / "data" 
 
 def _check_ranges(cfg: dict) -> None:
     """ValueError naming the first planner option outside its PLANNER_RANGES range."""
-    for k, (lo, hi, unit) in PLANNER_RANGES.items():
-        v = cfg[k]
-        integer = isinstance(lo, int)
-        ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-        if not (ok and not isinstance(v, bool) and lo <= v <= hi):
-            kind = "an integer" if integer else "a number"
-            raise ValueError(f"{k} must be {kind} in [{lo}, {hi}]{' ' + unit if unit else ''}, got {v!r}")
+    check_ranges(cfg, PLANNER_RANGES)
     for k in ("prior_scale", "smooth_scale"):
         if len(cfg[k]) != 3 or min(cfg[k]) <= 0.0:
             raise ValueError(f"{k} must be three positive scales (m, m, rad), got {cfg[k]!r}")
