@@ -47,6 +47,30 @@ def test_qp_controller_shifts_the_com_in_torque_control():
     env.close()
 
 
+def test_a_shift_aims_inside_the_next_supports_equilibrium_region():
+    """A planned CoM outside or on the edge of the next support's balanced region (here 5 cm
+    beside a sole's centre line, 0.5 cm past its side) is moved to the nearest CoM that support holds with a margin (a sole admits about
+    4.5 cm: 3 cm), so a CoM tracked a few centimetres short is still held; a CoM deep inside a
+    two-foot support is kept as planned."""
+    env, obs, info, agent = _standing_on_a_step_task()
+    mass = agent.model.robot.total_mass
+    try:
+        sole = [st.Contact("left_foot", "floor", 0.0)]
+        foot = agent.model.target(sole[0])[0]
+        edge = np.r_[foot[:2] + np.array([0.0, 0.05]), 0.8]          # 5 cm beside the sole's centre
+        assert st.stability_margin(agent.model, sole, mass, edge[:2]) is None     # not balanced there
+        aim = agent._held_com(sole, edge)
+        assert aim[2] == edge[2]
+        r = st.stability_margin(agent.model, sole, mass, aim[:2])[0]
+        assert r == pytest.approx(0.03, abs=1e-4)
+        feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+        deep = np.array([0.0, 0.0, 0.8])
+        assert np.allclose(agent._held_com(feet, deep), deep, atol=1e-6)
+    finally:
+        agent.model.close()
+        env.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family, index", [("step", 0), ("slope", 2), ("ladder", 1)])
 def test_expert_climbs(family, index):

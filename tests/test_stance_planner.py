@@ -110,6 +110,37 @@ def test_com_target_balances_the_yaw_moment_of_a_rail_hand():
         model.close()
 
 
+def test_com_target_margin_balances_a_neighbourhood():
+    """With a margin r the CoM target is balanced in the whole diamond |dx| + |dy| <= r around it
+    (its four corners each balanced on their own, checked with margin 0), so a CoM tracked to
+    within r of it is held; stability_margin measures r (a sole 9 cm wide: about 4.5 cm at its
+    centre, none outside it); a negative r is refused."""
+    model = st.StanceModel(TASK)
+    mass = model.robot.total_mass
+    try:
+        feet = (st.Contact("left_foot", "floor", 0.0), st.Contact("right_foot", "floor", 0.3))
+        ref = np.array([0.6, 0.3])          # far outside the support: the target is pushed inside it
+        edge = st.com_target(model, feet, mass, ref)
+        assert st.stability_margin(model, feet, mass, edge)[0] < 0.005     # the plain target: on the edge
+        com = st.com_target(model, feet, mass, ref, margin=0.03)
+        assert com is not None and np.linalg.norm(com - edge) > 0.02   # moved in from the edge
+        assert st.stability_margin(model, feet, mass, com)[0] == pytest.approx(0.03, abs=1e-6)
+        for d in ((0.03, 0.0), (-0.03, 0.0), (0.0, 0.03), (0.0, -0.03)):
+            corner = com + np.array(d)
+            # (to 5 mm: the small-force term of the target QP pulls it a few mm)
+            assert np.allclose(st.com_target(model, feet, mass, corner), corner, atol=5e-3)
+        sole = feet[:1]
+        r, centre = st.stability_margin(model, sole, mass)
+        assert 0.03 < r < 0.06
+        assert st.com_target(model, sole, mass, ref, margin=0.03) is not None
+        assert st.com_target(model, sole, mass, ref, margin=r + 0.005) is None
+        assert st.stability_margin(model, sole, mass, centre + np.array([0.0, 0.1])) is None
+        with pytest.raises(ValueError, match="margin"):
+            st.com_target(model, sole, mass, ref, margin=-0.01)
+    finally:
+        model.close()
+
+
 @pytest.mark.slow
 def test_planner_climbs_a_steep_slope():
     """A 34 deg eval slope (beyond a sole's friction cone): a checked plan within 60 s."""

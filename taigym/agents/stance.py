@@ -6,7 +6,9 @@ finite state machine walks the sequence and, at every control step, feeds a QP c
 its objectives:
 
 * Adj- (a contact is released): ``shift`` the centre of mass to that of the next stance's
-  configuration while every contact is held; once the CoM is there, unload the contact to break
+  configuration while every contact is held (moved, where that CoM lies within 5 cm of the edge
+  of the next support's equilibrium region, to the nearest point with a stability margin:
+  :func:`taigym.planners.stance.com_target` with ``margin``); once the CoM is there, unload the contact to break
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
@@ -54,6 +56,7 @@ PRESS = 0.01           # m, a landing limb aims this far past the surface, until
 SHIFT_TOL = 0.015      # m, CoM error that ends a shift
 SHIFT_NEAR = 0.04      # m, or this if the next support alone balances the robot there
 BALANCE_TOL = 0.005    # m, a CoM this close to the next support's equilibrium region counts as in it
+SHIFT_MARGINS = (0.05, 0.03, 0.02, 0.01)   # m, stability margins (largest admitted first) of a shift's CoM target
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
 FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
@@ -119,6 +122,7 @@ class StanceAgent(Agent):
             com = self._com_of(b)
             if len(sb) < len(sa):                      # Adj-: shift the CoM, then let go
                 removed = sorted(sa - sb)
+                com = self._held_com(sorted(sb), com)
                 out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat,
                                 unload=[c.limb for c in removed], next=sorted(sb)))
                 out.append(dict(kind="release", support=sorted(sb), limbs=[c.limb for c in removed], com=com,
@@ -294,6 +298,17 @@ class StanceAgent(Agent):
             s = float(np.clip(d @ ax, -half, half))
             out = min(out, float(np.linalg.norm(d - s * ax)) - radius - hum.HAND_RADIUS)
         return out
+
+    def _held_com(self, support, com: np.ndarray) -> np.ndarray:
+        """The CoM a shift aims at before ``support`` alone holds the robot: the planned one,
+        moved to the nearest point whose SHIFT_MARGINS diamond ``support`` balances (the first
+        margin it admits). A planned CoM on the edge of the region (0.4-0.6 cm inside on eval
+        slopes 8 and 17) was tracked to 2 cm short of it, outside, and the shift stalled."""
+        for r in SHIFT_MARGINS:
+            c = st.com_target(self.model, support, self.model.robot.total_mass, com[:2], r)
+            if c is not None:
+                return np.r_[c, com[2]]
+        return com
 
     def _balanced(self, support, com: np.ndarray) -> bool:
         """Whether ``support`` alone balances gravity with the CoM at ``com`` (the planner's

@@ -48,6 +48,7 @@ import numpy as np
 import osqp
 import pybullet as p
 from scipy import sparse
+from scipy.optimize import linprog
 from scipy.spatial.transform import Rotation
 
 from taigym.envs.multicontact_tasks import BAR_RADIUS, MultiContactTask, Surface
@@ -253,37 +254,105 @@ def _qp(P, q, A, lo, hi, *, approximate: bool = False):
 
 
 # ---------------------------------------------------------------------- stage 1: CoM and forces
-def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray):
-    """A CoM (x, y) at which gravity is balanced by forces at the support's contact points
-    (linear in CoM and cone coefficients), nearest ``ref_xy`` with small forces; None if none."""
+def _statics(model: StanceModel, support, mass: float):
+    """Stage 1's equilibrium rows, linear in the CoM xy c and cone coefficients lambda:
+    A_c c + A_f lambda = b, 0 <= lambda <= hi (grasps bounded by the grip force)."""
     pts = [fp for c in support for fp in model.force_points(c)]
     cols = []
     for pt, kind, n, mu in pts:
         K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
-    m = len(cols)
     W = mass * hum.GRAVITY
     # sum f = (0, 0, W); sum p x f = c x (0, 0, W), all three moments: gravity has no moment
     # about z, but a rail hand pulling uphill beside a sole pushed downhill makes one, which
     # only the sole's friction can hold (without this row, CoM targets on steep slopes were
     # "balanced" here and failed stage 3's full equilibrium, the search spending its budget)
-    A_eq = np.zeros((6, 2 + m))
-    b = np.array([0.0, 0.0, W, 0.0, 0.0, 0.0])
+    A_f = np.zeros((6, len(cols)))
     for k, (pt, g, _) in enumerate(cols):
-        A_eq[:3, 2 + k] = g
-        A_eq[3:, 2 + k] = np.cross(pt, g)
-    # c x (0, 0, W) = (c_y W, -c_x W, 0)
-    A_eq[3, 1], A_eq[4, 0] = -W, W
-    lo_l = np.zeros(m)
-    hi_l = np.array([hum.GRIP_FORCE if kind == "grasp" else np.inf for _, _, kind in cols])
+        A_f[:3, k] = g
+        A_f[3:, k] = np.cross(pt, g)
+    # c x (0, 0, W) = (c_y W, -c_x W, 0), moved to the left side
+    A_c = np.zeros((6, 2))
+    A_c[3, 1], A_c[4, 0] = -W, W
+    b = np.array([0.0, 0.0, W, 0.0, 0.0, 0.0])
+    hi = np.array([hum.GRIP_FORCE if kind == "grasp" else np.inf for _, _, kind in cols])
+    return A_c, A_f, b, hi
+
+
+def com_target(model: StanceModel, support, mass: float, ref_xy: np.ndarray, margin: float = 0.0):
+    """A CoM (x, y) at which gravity is balanced by forces at the support's contact points
+    (linear in CoM and cone coefficients), nearest ``ref_xy`` with small forces; None if none.
+
+    ``margin`` (m) > 0: the CoM nearest ``ref_xy`` (in the 1-norm) whose whole diamond
+    |dx| + |dy| <= margin is balanced (:func:`stability_margin`), so a CoM tracked to within
+    ``margin`` of it is still held; one LP."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if margin > 0:
+        return _diamond_lp(model, support, mass, ref_xy=np.asarray(ref_xy, float), r=margin)
+    A_c, A_f, b, hi_l = _statics(model, support, mass)
+    m = A_f.shape[1]
+    A_eq = np.hstack([A_c, A_f])
     A = np.vstack([A_eq, np.hstack([np.zeros((m, 2)), np.eye(m)])])
     P = np.diag(np.r_[1e4, 1e4, np.full(m, 1e-4)])   # CoM near ref (weight per m^2), small forces
     qv = np.r_[-1e4 * ref_xy, np.zeros(m)]
-    x = _qp(P, qv, A, np.r_[b, lo_l], np.r_[b, hi_l])
-    if x is None or np.abs(A_eq @ x - b).max() > 1e-2 * W:
+    x = _qp(P, qv, A, np.r_[b, np.zeros(m)], np.r_[b, hi_l])
+    if x is None or np.abs(A_eq @ x - b).max() > 1e-2 * b[2]:
         return None
     return x[:2]
+
+
+_DIAMOND = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+
+
+def _diamond_lp(model: StanceModel, support, mass: float, *, com_xy=None, ref_xy=None, r=None, cap=0.1):
+    """The LP behind :func:`stability_margin` and ``com_target(margin=r)``: variables (c, r, the
+    cone coefficients of each diamond corner c + r d, and for ``ref_xy`` the 1-norm slacks
+    |c - ref|); each corner balanced with its own forces. Fixed c (``com_xy``) or r (``r``);
+    maximises r, or with ``ref_xy`` minimises |c - ref|_1. Returns (r, c) with r free, else c."""
+    A_c, A_f, b, hi_l = _statics(model, support, mass)
+    m, nk = A_f.shape[1], len(_DIAMOND)
+    W = b[2]
+    nv = 3 + nk * m + 2
+    # rows per corner, divided by W (lambda in body weights, moments in m):
+    # A_c c + (A_c d) r + A_f lambda_k = b
+    A_eq = np.zeros((6 * nk, nv))
+    for k, d in enumerate(_DIAMOND):
+        A_eq[6 * k:6 * k + 6, :2] = A_c / W
+        A_eq[6 * k:6 * k + 6, 2] = A_c @ d / W
+        A_eq[6 * k:6 * k + 6, 3 + k * m:3 + (k + 1) * m] = A_f
+    b_eq = np.tile(b / W, nk)
+    bounds = ([(None, None)] * 2 + [(0.0, cap) if r is None else (float(r), float(r))]
+              + [(0.0, h / W if np.isfinite(h) else None) for h in hi_l] * nk + [(0.0, None)] * 2)
+    if com_xy is not None:
+        bounds[0], bounds[1] = (float(com_xy[0]),) * 2, (float(com_xy[1]),) * 2
+    cost = np.zeros(nv)
+    A_ub = b_ub = None
+    if ref_xy is not None:     # t >= |c - ref| per axis; a small force term (1e-4 m per body weight)
+        cost[-2:] = 1.0
+        cost[3:3 + nk * m] = 1e-4
+        A_ub = np.zeros((4, nv))
+        for i in range(2):
+            A_ub[2 * i, i], A_ub[2 * i, nv - 2 + i] = 1.0, -1.0
+            A_ub[2 * i + 1, i], A_ub[2 * i + 1, nv - 2 + i] = -1.0, -1.0
+        b_ub = np.array([ref_xy[0], -ref_xy[0], ref_xy[1], -ref_xy[1]])
+    else:
+        cost[2] = -1.0
+    res = linprog(cost, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    return res.x[:2] if r is not None else (float(res.x[2]), res.x[:2])
+
+
+def stability_margin(model: StanceModel, support, mass: float, com_xy: np.ndarray | None = None,
+                     cap: float = 0.1) -> tuple[float, np.ndarray] | None:
+    """The largest radius r (m, at most ``cap``) of a diamond |dx| + |dy| <= r of CoM positions
+    around c that the support balances, with that c: c = ``com_xy`` if given, else a best
+    centre. Each corner c + r d is balanced with its own forces; the balanced set is convex, so
+    the whole diamond is. One LP (HiGHS: exact and deterministic; a QP form of this stopped at
+    OSQP's iteration limit on slope supports). None if no c balances (not even r = 0)."""
+    return _diamond_lp(model, support, mass, com_xy=com_xy, cap=cap)
 
 
 # ---------------------------------------------------------------------- stage 3: forces for q
