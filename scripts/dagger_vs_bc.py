@@ -151,9 +151,10 @@ def main(argv=None) -> dict:
     p.add_argument("--episodes-per-round", type=int, default=50)
     p.add_argument("--beta0", type=float, default=0.5)
     p.add_argument("--beta-decay", type=float, default=0.5)
-    p.add_argument("--relabel", default="none", choices=("none", "replan", "auto"),
+    p.add_argument("--relabel", default="none", choices=("none", "replan", "auto", "outflow"),
                    help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
-                        "state), replan = replan from every visited state")
+                        "state), replan = replan from every visited state, outflow = replan once, when liquid first "
+                        "leaves S, and track that plan")
     p.add_argument("--relabel-every", type=int, default=1,
                    help="with --relabel replan: replan from every k-th visited state (labels in between track "
                         "the last replan); the table then also shows sqp replanning every k steps on its own")

@@ -86,13 +86,13 @@ def _score(row: dict) -> tuple:
 def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, expert=None) -> DAggerAgent:
     """DAgger; see the module docstring. Returns the trained :class:`DAggerAgent`."""
     from taigym.data import transitions
-    from taigym.data.collect import collect, make_job
+    from taigym.data.collect import RELABEL, collect, make_job
 
     cfg = check_cfg(cfg, DEFAULTS, "dagger")
     if cfg["select"] not in ("best", "last"):
         raise ValueError(f"select must be 'best' or 'last', got {cfg['select']!r}")
-    if cfg["relabel"] not in ("auto", "replan", "none"):
-        raise ValueError(f"relabel must be 'auto', 'replan' or 'none', got {cfg['relabel']!r}")
+    if cfg["relabel"] not in RELABEL:
+        raise ValueError(f"relabel must be one of {RELABEL}, got {cfg['relabel']!r}")
     if not (isinstance(cfg["relabel_every"], int) and cfg["relabel_every"] >= 1):
         raise ValueError(f"relabel_every must be an integer >= 1, got {cfg['relabel_every']!r}")
     for k in ("beta0", "beta_decay"):
