@@ -65,7 +65,8 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
     replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
     at_outflow = relabel == "outflow"
     if (replan or at_outflow) and not hasattr(expert, "replan"):
-        raise ValueError(f"relabel='replan' needs an expert with replan(info); {expert!r} has none")
+        raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info)); {expert!r} "
+                         "cannot (use relabel='none')")
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
     expert.reset(seed=int(seed))
