@@ -32,6 +32,9 @@ on), over T's opening half-width (|entry| < 1: inside T's opening). Most cloned-
 began 1-5 steps after the first outflow (README): where the first liquid lands relative to T
 is a product of pose, S's shape and T's motion that sqp models and the MLP must otherwise learn.
 From the observation only (S's pose, opening width, T's relative opening centre, width, velocity).
+With S tilting in place, the lower lip's entry is within 0.2 half-width of where the simplified
+env lands the first packet when it lands within 3 half-widths of T's centre (the jet's own speed
+is the rest; tests/test_learning.py); while S moves, S's velocity carries the liquid further.
 
 A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
 "horizon": s, "start_pose": bool, "start_velocity": bool, "outflow_landing": bool}`` saved with the policy (the bounds of T's box and the
