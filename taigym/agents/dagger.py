@@ -12,7 +12,9 @@
   heads back to the plan's pose at that time; ``scripted`` is closed-loop anyway), or after
   replanning from that state (``relabel="replan"``: ``expert.replan(info)``, ~2 s a label for
   ``sqp``; ``"auto"`` replans when the expert can), or from every ``relabel_every``-th visited
-  state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started). On Pour-v0
+  state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started), or once, when
+  liquid first leaves S, tracking that replan to the end (``relabel="outflow"``; both need an
+  expert that can replan, else ValueError). On Pour-v0
   with ``sqp``, 700 demonstrations and 4 x 50 rollouts, "none" reached 0.65 success on the eval
   split (raw observation); with the ``target_path`` features and S's start pose, "none" with
   ``sqp`` at tracking gain 0.1 (a gentler pull back to the plan) 0.77 against BC's 0.76 at equal
