@@ -29,6 +29,12 @@ from those a cloned policy copies its own last action, fits the demonstrations (
 0.0006) and drifts in closed loop. An sqp replan is warm-started and continues S's motion, so its
 DAgger labels agree with the plan it replaces.
 
+Model selection: ``--select-episodes N`` ranks DAgger's rounds on the first N tasks of Pour-v0's
+``val`` split (400 tasks, off the train and eval splits) and gives BC the same budget: as many
+candidates as DAgger has rounds (its lowest validation-loss weights and those at its last
+checkpoints, every 10 epochs), ranked on the same N tasks. Without it, DAgger's round is picked on
+the ``--val-episodes`` tasks and BC keeps its lowest-loss weights.
+
 ``--input-noise`` (Gaussian noise on the normalised inputs while training) and ``--members`` (an
 ensemble of MLPs, mean action) apply to both policies alike. BC keeps DAgger's validation tasks out
 of its demonstrations, and failures are counted by kind (spilled, left in S, other).
@@ -57,6 +63,11 @@ import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402
 from taigym.agents import bc, dagger, evaluate, make, summarise  # noqa: E402
+
+
+# --test-tasks: extra_train_task(TEST_OFFSET + k); the learners draw the first few hundred (950
+# demonstrations + 4 x 50 rollouts: ~470), so these are new to them and to the selection
+TEST_OFFSET = 20_000
 
 
 def make_env(fidelity: str = "simplified", obs_mode: str = "features"):
@@ -151,9 +162,10 @@ def main(argv=None) -> dict:
     p.add_argument("--episodes-per-round", type=int, default=50)
     p.add_argument("--beta0", type=float, default=0.5)
     p.add_argument("--beta-decay", type=float, default=0.5)
-    p.add_argument("--relabel", default="none", choices=("none", "replan", "auto"),
+    p.add_argument("--relabel", default="none", choices=("none", "replan", "auto", "outflow"),
                    help="DAgger labels: none = the expert's act (sqp: its plan, tracked from the visited "
-                        "state), replan = replan from every visited state")
+                        "state), replan = replan from every visited state, outflow = replan once, when liquid first "
+                        "leaves S, and track that plan")
     p.add_argument("--relabel-every", type=int, default=1,
                    help="with --relabel replan: replan from every k-th visited state (labels in between track "
                         "the last replan); the table then also shows sqp replanning every k steps on its own")
@@ -178,7 +190,15 @@ def main(argv=None) -> dict:
     p.add_argument("--weight-decay", type=float, default=1e-3, help="Adam's L2 penalty for both policies")
     p.add_argument("--val-episodes", type=int, default=10,
                    help="validation rollouts per DAgger round (last train-split tasks; 0: none)")
+    p.add_argument("--select-episodes", type=int, default=0,
+                   help="model selection on this many val-split tasks: DAgger's round and, among as many "
+                        "candidates (its lowest-loss weights and its last checkpoints'), BC's weights "
+                        "(0: DAgger's round on the --val-episodes tasks, BC's lowest-loss weights)")
     p.add_argument("--eval-tasks", type=int, default=100, help="first N tasks of the eval split")
+    p.add_argument("--test-tasks", type=int, default=0,
+                   help="also evaluate BC and DAgger on N more tasks of the train distribution that nothing "
+                        "learned from or was selected on (extra_train_task from TEST_OFFSET): a tighter "
+                        "comparison than the eval split's 100 tasks allow")
     p.add_argument("--obs-mode", default="features", choices=("features", "lip"))
     p.add_argument("--workers", type=int, default=1, help="processes for rollouts (Ray if installed)")
     p.add_argument("--seed", type=int, default=0)
@@ -212,11 +232,12 @@ def main(argv=None) -> dict:
     dag = dagger.train(mk, dict(common, demo_episodes=args.demo_episodes, rounds=args.rounds,
                                 episodes_per_round=args.episodes_per_round, beta0=args.beta0,
                                 beta_decay=args.beta_decay, relabel=args.relabel, relabel_every=args.relabel_every,
-                                eval_episodes=args.val_episodes),
+                                eval_episodes=args.val_episodes, select_episodes=args.select_episodes),
                        out / "dagger", PrintLogger("dagger round", ["beta", "dataset_size", "labels_queried",
                                                                      "expert_plans", "epochs", "train_loss",
                                                                      "val_loss", "rollout_success", "success",
-                                                                     "in_target", "spilled"]), expert=expert)
+                                                                     "in_target", "spilled", "select_success",
+                                                                     "select_in_target"]), expert=expert)
     t_dagger = time.perf_counter() - t0
     labels = int(dag.meta["labels"])
     print(f"DAgger: {labels} expert labels in its dataset ({dag.meta['labels_queried']} queried, "
@@ -224,12 +245,17 @@ def main(argv=None) -> dict:
           f"BC on {labels} expert labels", flush=True)
     t0 = time.perf_counter()
     # BC keeps DAgger's validation tasks out of its demonstrations too (and reports its success there)
-    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=args.val_episodes), out / "bc", _Quiet(),
-                   expert=expert)
+    # the same selection budget: BC ranks as many candidates as DAgger has rounds, on the same tasks
+    select = dict(select_episodes=args.select_episodes, select_candidates=args.rounds + 1 if args.select_episodes else 1)
+    bca = bc.train(mk, dict(common, max_labels=labels, eval_episodes=args.val_episodes, **select), out / "bc",
+                   _Quiet(), expert=expert)
     t_bc = time.perf_counter() - t0
     print(f"BC: {bca.meta['labels']} labels from {bca.meta['demo_kept']} successful of "
           f"{bca.meta['demo_episodes']} expert episodes, {bca.meta['epochs']} epochs"
-          + (f", validation success {bca.meta['val_success']:.2f}" if "val_success" in bca.meta else ""), flush=True)
+          + (f", validation success {bca.meta['val_success']:.2f}" if "val_success" in bca.meta else "")
+          + (f"; selected candidate {bca.meta['selected_candidate']} of {bca.meta['candidates']} (success on "
+             f"{args.select_episodes} val-split tasks {bca.meta['candidate_success']})"
+             if "selected_candidate" in bca.meta else ""), flush=True)
 
     tasks = taigym.envs.tasks("pour", split="eval")[:args.eval_tasks]
     results = {}
@@ -240,6 +266,14 @@ def main(argv=None) -> dict:
     for name, agent in [("bc", bca), ("dagger", dag)] + experts:
         print(f"evaluating {name} on {len(tasks)} eval tasks ...", flush=True)
         results[name] = evaluate_agent(env, agent, tasks, seed=args.seed)
+    test = {}
+    if args.test_tasks:
+        from taigym.envs.pour_tasks import extra_train_task
+
+        held_out = [extra_train_task(TEST_OFFSET + k) for k in range(args.test_tasks)]
+        for name, agent in [("bc", bca), ("dagger", dag)]:
+            print(f"evaluating {name} on {len(held_out)} held-out train-distribution tasks ...", flush=True)
+            test[name] = evaluate_agent(env, agent, held_out, seed=args.seed)
     results["bc"]["labels"] = int(bca.meta["labels"])
     results["dagger"]["labels"] = labels
     # the reference: the best success and the lowest latency of the experts (both conservative)
@@ -251,6 +285,10 @@ def main(argv=None) -> dict:
     figures = {"expert": args.expert, "gain": args.gain, "members": args.members,
                "input_noise": args.input_noise, "ema_epochs": args.ema_epochs, "relabel": args.relabel, "relabel_every": args.relabel_every,
                "features": args.features, "eval_tasks": len(tasks), "labels": labels,
+               "select_episodes": args.select_episodes,
+               "dagger_select_success": [h.get("select_success") for h in dag.meta["history"]],
+               "bc_select_success": bca.meta.get("candidate_success"),
+               "bc_selected_candidate": bca.meta.get("selected_candidate"),
                "dagger_labels_queried": int(dag.meta["labels_queried"]),
                "dagger_expert_plans": int(dag.meta["expert_plans"]),
                "dagger_rounds": int(dag.meta["round"]), "dagger_selected_round": int(dag.meta["selected_round"]),
@@ -266,6 +304,11 @@ def main(argv=None) -> dict:
             figures[f"{name}_success_vs_expert"] = results[name]["success"] / e if e > 0 else None
             figures[f"{name}_latency_vs_expert"] = results[name]["act_ms"] / results[fastest]["act_ms"]
     figures["dagger_beats_bc"] = results["dagger"]["success"] > results["bc"]["success"]
+    if test:
+        print(f"\n{args.test_tasks} held-out train-distribution tasks (extra_train_task {TEST_OFFSET}-):")
+        print(table(test, "dagger"))
+        figures["test"] = {n: {k: r[k] for k in ("episodes", "success", "success_ci95", "in_target", "spilled",
+                                                   "act_ms", "failures")} for n, r in test.items()}
     print(json.dumps(figures))
     return figures
 

@@ -218,6 +218,70 @@ def test_rollout_relabels_every_visited_state():
         collect_mod.rollout(env, sparse, task=task, seed=0, relabel="replan", replan_every=0)
 
 
+def test_outflow_relabel_replans_once_when_liquid_first_leaves_the_source(tmp_path):
+    """relabel='outflow': the expert tracks its first plan, replans once from the state reached
+    when 1 % of the liquid has left S, and tracks that plan to the end; an expert that cannot
+    replan is refused up front."""
+
+    class FirstPlanThenReplan(StubPlanner):
+        def act(self, obs, info):
+            if self.plan is None:                         # the episode's first plan, as sqp's act makes it
+                self.plan = object()
+            return np.array([0.0, 0.0, -1.0], np.float32)
+
+        def replan(self, info):
+            self.replans.append(float(info["in_source"]))
+            self.plan = object()
+
+    env = make_env()
+    task = taigym.envs.tasks("pour", "train")[0]
+    expert = FirstPlanThenReplan()
+    tilt = lambda obs: np.array([0.0, 0.0, -1.0], np.float32)    # noqa: E731
+    ep = collect_mod.rollout(env, expert, task=task, seed=0, policy=tilt, beta=0.0, relabel="outflow")
+    in_source = ep.infos["in_source"]
+    first = int(np.argmax(in_source < 1.0 - collect_mod.OUTFLOW_FRACTION))
+    assert 0 < first < len(ep) and expert.replans == [pytest.approx(in_source[first])]
+    assert ep.expert_plans == 2 and ep.expert_labels == len(ep)
+    with pytest.raises(ValueError, match="relabel='outflow'"):
+        collect_mod.rollout(env, make("scripted", env), task=task, seed=0, relabel="outflow")
+    with pytest.raises(ValueError, match="relabel='outflow'"):
+        dagger.train(make_env, dict(SMALL, expert="scripted", relabel="outflow"), tmp_path, ListLogger())
+    assert not (tmp_path / "demos").exists()                       # refused before collecting anything
+
+
+def test_model_selection_on_the_val_split(tmp_path):
+    """select_episodes ranks candidate policies on the val split (disjoint from the tasks learned
+    from and from the eval split): BC returns the best of its lowest-loss weights and its last
+    checkpoints' (select_candidates), DAgger its best round, both by success then in_target."""
+    from taigym.agents.bc import rollout_metrics, selection_tasks
+    from taigym.envs.pour_tasks import extra_train_task, fingerprint
+
+    env = make_env()
+    val = taigym.envs.tasks("pour", "val")
+    assert len(val) == 400 and selection_tasks(env, 5) == list(val[:5])
+    learned = taigym.envs.tasks("pour", "train") + taigym.envs.tasks("pour", "eval") + tuple(
+        extra_train_task(j) for j in range(500))
+    assert not {fingerprint([t]) for t in learned} & {fingerprint([t]) for t in val}
+    with pytest.raises(ValueError, match="select_episodes"):
+        selection_tasks(env, 401)
+    with pytest.raises(ValueError, match="select_episodes"):
+        bc.train(make_env, dict(SMALL, expert="scripted", select_candidates=2), tmp_path / "x", ListLogger())
+
+    cfg = dict(SMALL, expert="scripted", episodes=10, max_epochs=12, checkpoint_every=4, patience=1000,
+               select_episodes=12, select_candidates=3)
+    agent = bc.train(make_env, cfg, tmp_path / "bc", ListLogger())
+    scores = agent.meta["candidate_success"]
+    assert agent.meta["candidates"] == 3 and len(scores) == 3
+    assert scores[agent.meta["selected_candidate"]] == max(scores)
+    assert rollout_metrics(env, agent, selection_tasks(env, 12))["success"] == max(scores)
+
+    dag = dagger.train(make_env, dict(SMALL, expert="scripted", demo_episodes=6, rounds=2, episodes_per_round=3,
+                                      max_epochs=8, select_episodes=12), tmp_path / "dagger", ListLogger())
+    hist = dag.meta["history"]
+    ranks = [(h["select_success"], h["select_in_target"], h["round"]) for h in hist]
+    assert dag.meta["selected_round"] == max(ranks)[2]
+
+
 def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
     import minari
 
@@ -339,9 +403,11 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     extra = features.featurize(obs, spec, start=first)[len(obs):]
     n = len(features.RELATIVE_LOOKAHEAD) + len(features.ABSOLUTE_LOOKAHEAD)
     rel_x, rel_y, vx = extra[:n], extra[n:2 * n], extra[2 * n:3 * n]
-    np.testing.assert_array_equal(extra[3 * n:3 * n + 3], first[:3])        # S's pose at the start
-    np.testing.assert_array_equal(extra[3 * n + 3:], first[3:6])            # and its velocity (FOLLOW)
-    assert task.liquid_velocity == "follow" and extra[3 * n + 3] == pytest.approx(task.source_velocity[0])
+    assert spec["outflow_landing"] and np.all(np.abs(extra[3 * n:3 * n + 2]) <= features.LANDING_CLIP)
+    start = 3 * n + 2                                                       # after the two landing entries
+    np.testing.assert_array_equal(extra[start:start + 3], first[:3])        # S's pose at the start
+    np.testing.assert_array_equal(extra[start + 3:], first[3:6])            # and its velocity (FOLLOW)
+    assert task.liquid_velocity == "follow" and extra[start + 3] == pytest.approx(task.source_velocity[0])
     assert np.ptp(np.sign(vx[:len(features.RELATIVE_LOOKAHEAD)])) == 2     # the lookaheads span a bounce
     steps = 0
     for k, tau in enumerate(features.RELATIVE_LOOKAHEAD):
@@ -362,6 +428,48 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None], start=first)[0], atol=1e-5)
     with pytest.raises(ValueError, match="start"):
         features.featurize(obs, spec)
+
+
+def test_outflow_landing_predicts_where_the_first_outflow_lands():
+    """The outflow_landing features (in 'auto' on Pour-v0): when S, holding its place, tilts until
+    liquid first leaves it, the lower lip's entry is where the simplified env lands that first
+    packet relative to T's opening centre (in T's opening half-widths), to 0.3 half-width (the
+    feature assumes liquid leaving at rest; the jet's own ~0.05-0.1 m/s is the rest), and it
+    tells a packet landing in T from one landing beside it."""
+    from taigym.agents import features
+    from taigym.models.simplified import landing
+
+    env = make_env()
+    spec = features.resolve("auto", env)
+    n = 3 * (len(features.RELATIVE_LOOKAHEAD) + len(features.ABSOLUTE_LOOKAHEAD))
+    tasks = [t for t in taigym.envs.tasks("pour", split="train") if t.liquid_velocity == "zero"][:30]
+    checked = inside = 0
+    for i, task in enumerate(tasks):
+        for tilt in (-0.3, 0.3):                    # towards either side
+            obs, _ = env.reset(seed=i, options={"task": task})
+            liquid = env.unwrapped._batch.members[0].liq
+            for _ in range(100):
+                obs, *_ = env.step(np.array([0.0, 0.0, tilt], np.float32))
+                if liquid.packets:
+                    break
+            if not liquid.packets:                  # the tilt was blocked (S against T or a wall) first
+                continue
+            _, _, _, _, start, velocity, t_emit, carried, drag = liquid.packets[0]
+            rim = task.target_state_at(t_emit)[0][1] + liquid.t_oc[1]
+            hit = landing(start, velocity, rim, drag, carried)
+            if hit is None:
+                continue
+            t_x = task.target_state_at(t_emit + hit[1])[0][0] + liquid.t_oc[0]
+            actual = (hit[0] - t_x) / liquid.t_half
+            if abs(actual) > 3.0:                   # far misses: the feature clips, and all look alike
+                continue
+            entry = features.featurize(obs, spec, start=obs)[len(obs) + n:len(obs) + n + 2]
+            lower = 1 if obs[2] < 0 else 0          # the lip that pours (S's frame: left, right)
+            assert entry[lower] == pytest.approx(actual, abs=0.3), (i, tilt)
+            assert (abs(entry[lower]) < 1.0) == (abs(actual) < 1.0) or abs(abs(actual) - 1.0) < 0.3
+            checked += 1
+            inside += abs(actual) < 1.0
+    assert checked >= 15 and inside >= 2
 
 
 def test_ensemble_acts_with_the_mean_of_its_members(tmp_path):

@@ -47,12 +47,18 @@ features           "auto"     input features (:mod:`taigym.agents.features`): ta
                               Pour-v0 (T's predicted path relative to S), else none
 checkpoint_every   10         epochs between checkpoints
 eval_episodes      10         validation rollouts at the end (last train-split tasks; 0: none)
+select_episodes    0          model selection: rollouts on this many ``val``-split tasks
+select_candidates  1          policies ranked there (needs ``select_episodes``): the lowest
+                              validation-loss weights and those at the last
+                              ``select_candidates - 1`` checkpoints; the best success, then
+                              in_target, is returned (DAgger ranks its rounds the same way)
 progress           True       progress bars
 ================== ========== ===========================================================
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +71,7 @@ from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat
 
 DEFAULTS = dict(dataset=None, dataset_root=None, expert="sqp", expert_options={}, episodes=50,
                 success_only=True, max_labels=None, workers=1, **TRAIN_DEFAULTS,
-                checkpoint_every=10, eval_episodes=10, progress=True)
+                checkpoint_every=10, eval_episodes=10, select_episodes=0, select_candidates=1, progress=True)
 
 
 class BCAgent(PolicyAgent):
@@ -122,6 +128,32 @@ def validation_tasks(env, n: int):
     to the first tasks): rollouts that select and monitor without touching the eval split."""
     t = train_tasks(env)
     return list(t[len(t) - int(n):]) if n > 0 else []
+
+
+def selection_tasks(env, n: int):
+    """The first ``n`` tasks of the family's ``val`` split (Pour-v0: 400), for model selection:
+    disjoint from the tasks learned from and from the eval split, and many more than the
+    ``validation_tasks`` the train split can spare (50 of them did not rank DAgger's rounds, README)."""
+    from taigym.envs import tasks
+
+    from taigym.data.collect import task_family
+
+    if not (isinstance(n, int) and n >= 0):
+        raise ValueError(f"select_episodes must be an integer >= 0, got {n!r}")
+    if n == 0:
+        return []
+    try:
+        val = tasks(task_family(env), split="val")
+    except ValueError as e:
+        raise ValueError(f"select_episodes needs a val split, which {task_family(env)!r} has not") from e
+    if n > len(val):
+        raise ValueError(f"select_episodes must be at most {len(val)} (the val split), got {n}")
+    return list(val[:n])
+
+
+def selection_score(metrics: dict) -> tuple[float, float]:
+    """Rank of a candidate policy on the selection (or validation) tasks: success, then in_target."""
+    return (metrics.get("success", 0.0), metrics.get("in_target", 0.0))
 
 
 def rollout_metrics(env, agent, tasks, seed: int = 10_000) -> dict:
@@ -195,12 +227,18 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     from taigym.data import transitions
 
     cfg = check_cfg(cfg, DEFAULTS, "bc")
+    n_candidates = cfg["select_candidates"]
+    if not (isinstance(n_candidates, int) and n_candidates >= 1):
+        raise ValueError(f"select_candidates must be an integer >= 1, got {n_candidates!r}")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     env = env_for(make_env, expert)
     obs_dim = flat_obs_dim(env.observation_space)
     act_dim = int(np.prod(env.action_space.shape))
     features = resolve(cfg["features"], env)
+    select_tasks = selection_tasks(env, cfg["select_episodes"])
+    if n_candidates > 1 and not select_tasks:
+        raise ValueError("select_candidates > 1 needs select_episodes > 0 (the tasks that rank them)")
 
     episodes, stats = load_demos(make_env, env, cfg, run_dir, expert)
     obs, labels, groups = transitions(episodes, cfg["max_labels"])
@@ -215,12 +253,14 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups))
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0
+    snapshots: list[dict] = []          # the validated weights at the last checkpoints
     if ckpt.is_file():
         state = torch_load(ckpt)
         if state.get("agent") != "bc" or state.get("labels") != len(labels):
             raise ValueError(f"{ckpt} belongs to another run (agent {state.get('agent')!r}, "
                              f"{state.get('labels')} labels; this run has {len(labels)}); use a new run_dir")
         fit.load_state_dict(state["fit"])
+        snapshots = list(state.get("snapshots", []))
         resumed_from = fit.epoch
 
     def on_epoch(row):
@@ -228,15 +268,30 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
 
     every = max(int(cfg["checkpoint_every"]), 1)
     while True:
+        ran_from = fit.epoch
         finished = fit.run(stop_after=every, on_epoch=on_epoch)
+        if n_candidates > 1 and fit.epoch > ran_from:
+            snapshots = (snapshots + [copy.deepcopy(fit.validated.state_dict())])[-(n_candidates - 1):]
         torch_save_atomic({"agent": "bc", "labels": len(labels), "fit": fit.state_dict(), "cfg": cfg,
-                           "stats": stats}, ckpt)
+                           "stats": stats, "snapshots": snapshots}, ckpt)
         if finished:
             break
 
     policy = fit.finalise()
     meta = {"cfg": cfg, **stats, "epochs": fit.epoch, "stopped": fit.reason, "best_val_loss": fit.best_val,
             "resumed_from_epoch": resumed_from}
+    if select_tasks:
+        # the candidates: the lowest validation-loss weights, then the last checkpoints' (newest last)
+        ranked = []
+        for i, weights in enumerate([fit.best_state] + snapshots):
+            policy.load_state_dict(weights)
+            m = rollout_metrics(env, BCAgent(env, policy=policy), select_tasks)
+            ranked.append((selection_score(m), -i, weights, m))
+        score, neg_i, weights, m = max(ranked, key=lambda r: r[:2])
+        policy.load_state_dict(weights)
+        meta.update({"selected_candidate": -neg_i, "candidates": len(ranked),
+                     **{f"select_{k}": v for k, v in m.items()},
+                     "candidate_success": [r[3]["success"] for r in ranked]})
     agent = BCAgent(env, policy=policy, meta=meta)
     if cfg["eval_episodes"]:
         m = rollout_metrics(env, agent, validation_tasks(env, cfg["eval_episodes"]))

@@ -12,7 +12,9 @@
   heads back to the plan's pose at that time; ``scripted`` is closed-loop anyway), or after
   replanning from that state (``relabel="replan"``: ``expert.replan(info)``, ~2 s a label for
   ``sqp``; ``"auto"`` replans when the expert can), or from every ``relabel_every``-th visited
-  state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started). On Pour-v0
+  state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started), or once, when
+  liquid first leaves S, tracking that replan to the end (``relabel="outflow"``; both need an
+  expert that can replan, else ValueError). On Pour-v0
   with ``sqp``, 700 demonstrations and 4 x 50 rollouts, "none" reached 0.65 success on the eval
   split (raw observation); with the ``target_path`` features and S's start pose, "none" with
   ``sqp`` at tracking gain 0.1 (a gentler pull back to the plan) 0.77 against BC's 0.76 at equal
@@ -32,7 +34,9 @@ Expert labels are counted (``labels`` = rows of the aggregated dataset, the numb
 when comparing with ``bc``; ``labels_queried`` also counts discarded failed demonstrations;
 ``expert_plans`` the planner calls) and ``max_labels`` stops aggregation at a label budget.
 The returned policy is the last round's (``select="last"``) or the one with the best
-validation success, then in_target (``select="best"``).
+validation success, then in_target (``select="best"``): on ``select_episodes`` tasks of the
+``val`` split when given (``bc``'s ``select_candidates`` gives BC as many candidates), else on
+the ``eval_episodes`` validation tasks (50 of them did not rank the rounds, README).
 
 Resuming: each round's episodes are written as they end (``run_dir/rounds/r###/``), and the
 state after a round (weights, best round, history, counters) goes to ``run_dir/checkpoint.pt``
@@ -46,7 +50,7 @@ Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``l
 ``expert`` ("sqp"), ``expert_options`` ({}), ``dataset`` (None), ``dataset_root`` (None),
 ``demo_episodes`` (10), ``success_only`` (True, round 0), ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
 ``relabel`` ("none"), ``relabel_every`` (1), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
-``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``progress`` (True).
+``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``select_episodes`` (0), ``progress`` (True).
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .bc import build_expert, env_for, learning_task, load_demos, rollout_metrics, start_rows, validation_tasks
+from .bc import build_expert, env_for, learning_task, load_demos, rollout_metrics, selection_score, selection_tasks, \
+    start_rows, validation_tasks
 from .features import resolve
 from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat_obs_dim, seed_everything, \
     torch_load, torch_save_atomic
@@ -65,7 +70,7 @@ from .policy import TRAIN_DEFAULTS, Fit, MLPPolicy, PolicyAgent, check_cfg, flat
 DEFAULTS = dict(expert="sqp", expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
                 success_only=True, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
                 relabel="none", relabel_every=1, max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
-                checkpoint_every=1, eval_episodes=10, progress=True)
+                checkpoint_every=1, eval_episodes=10, select_episodes=0, progress=True)
 
 
 class DAggerAgent(PolicyAgent):
@@ -80,19 +85,21 @@ def beta_at(cfg: dict, rnd: int) -> float:
 
 
 def _score(row: dict) -> tuple:
-    return (row.get("success", 0.0), row.get("in_target", 0.0))
+    if "select_success" in row:
+        return selection_score({"success": row["select_success"], "in_target": row["select_in_target"]})
+    return selection_score(row)
 
 
 def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, expert=None) -> DAggerAgent:
     """DAgger; see the module docstring. Returns the trained :class:`DAggerAgent`."""
     from taigym.data import transitions
-    from taigym.data.collect import collect, make_job
+    from taigym.data.collect import RELABEL, collect, make_job
 
     cfg = check_cfg(cfg, DEFAULTS, "dagger")
     if cfg["select"] not in ("best", "last"):
         raise ValueError(f"select must be 'best' or 'last', got {cfg['select']!r}")
-    if cfg["relabel"] not in ("auto", "replan", "none"):
-        raise ValueError(f"relabel must be 'auto', 'replan' or 'none', got {cfg['relabel']!r}")
+    if cfg["relabel"] not in RELABEL:
+        raise ValueError(f"relabel must be one of {RELABEL}, got {cfg['relabel']!r}")
     if not (isinstance(cfg["relabel_every"], int) and cfg["relabel_every"] >= 1):
         raise ValueError(f"relabel_every must be an integer >= 1, got {cfg['relabel_every']!r}")
     for k in ("beta0", "beta_decay"):
@@ -108,7 +115,11 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     relabel = cfg["relabel"]
     if relabel == "auto":
         relabel = "replan" if hasattr(expert, "replan") else "none"
+    if relabel in ("replan", "outflow") and not hasattr(expert, "replan"):
+        raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info), e.g. sqp); "
+                         f"{getattr(expert, 'name', expert)!r} cannot (use relabel='none')")
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
+    select_tasks = selection_tasks(env, cfg["select_episodes"])
     budget = cfg["max_labels"]
 
     # round 0: demonstrations
@@ -193,6 +204,9 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
         if val_tasks:
             m = rollout_metrics(env, agent, val_tasks)
             row.update(m)
+        if select_tasks:
+            m = rollout_metrics(env, agent, select_tasks)
+            row.update({f"select_{k}": v for k, v in m.items()})
         history.append(row)
         logger.log({k: float(v) for k, v in row.items() if isinstance(v, (int, float, bool, np.floating))},
                    step=row["round"])

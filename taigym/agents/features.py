@@ -25,13 +25,26 @@ S starts moving (vx up to ~0.18 m/s) with the liquid; sqp's plan continues that 
 liquid's carried velocity moves where the first outflow lands. Without it the cloned policies
 failed 13 of 55 FOLLOW tasks against 4 of 45 ZERO tasks (DAgger, eval split; README).
 
+``outflow_landing``: for each of S's lips (left, right in S's frame), where liquid leaving it now
+at rest would cross T's opening: the lip's height over T's opening gives the fall time
+t = sqrt(2 h / g), and the entry is the lip's x minus T's opening centre's x at time t (T moves
+on), over T's opening half-width (|entry| < 1: inside T's opening). Most cloned-policy spills
+began 1-5 steps after the first outflow (README): where the first liquid lands relative to T
+is a product of pose, S's shape and T's motion that sqp models and the MLP must otherwise learn.
+From the observation only (S's pose, opening width, T's relative opening centre, width, velocity).
+With S tilting in place, the lower lip's entry is within 0.2 half-width of where the simplified
+env lands the first packet when it lands within 3 half-widths of T's centre (the jet's own speed
+is the rest; tests/test_learning.py); while S moves, S's velocity carries the liquid further.
+
 A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
-"horizon": s, "start_pose": bool, "start_velocity": bool}`` saved with the policy (the bounds of T's box and the
+"horizon": s, "start_pose": bool, "start_velocity": bool, "outflow_landing": bool}`` saved with the policy (the bounds of T's box and the
 episode's length are those of the env it was trained in; tasks with another box get wrong
 lookaheads), or ``{"kind": "none"}``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -39,8 +52,11 @@ KINDS = ("none", "target_path", "auto")
 RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
 ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
 # Pour-v0's observation entries (both obs modes): 6-7 T's position (m), 8-9 its velocity (m/s),
-# 10-11 T's opening centre minus S's (m), 14 time / horizon
+# 10-11 T's opening centre minus S's (m), 14 time / horizon, 19 S's opening width (m), 28 T's (m)
 TIME = 14
+S_WIDTH, T_WIDTH = 19, 28
+GRAVITY = 9.81                           # m/s^2
+LANDING_CLIP = 10.0                      # |landing offset| in T half-widths: far misses all look alike
 START_DIM = 3                            # S's pose x, y, theta at the episode's start (obs 0-2)
 START_VELOCITY = slice(3, 6)             # S's velocity vx, vy, omega at the episode's start (obs 3-5)
 POUR_OBS_MIN = 40                        # entries 0-39 are shared by obs_mode features and lip
@@ -66,7 +82,8 @@ def resolve(kind: str, env) -> dict:
 
     bounds = tuple(float(b) for b in (task.target_bounds if task is not None else TARGET_BOUNDS))
     horizon = float(getattr(getattr(u, "cfg", None), "horizon", 5.0))
-    return {"kind": "target_path", "bounds": bounds, "horizon": horizon, "start_pose": True, "start_velocity": True}
+    return {"kind": "target_path", "bounds": bounds, "horizon": horizon, "start_pose": True, "start_velocity": True,
+            "outflow_landing": True}
 
 
 def extra_dim(spec: dict | None) -> int:
@@ -74,7 +91,7 @@ def extra_dim(spec: dict | None) -> int:
     if not spec or spec["kind"] == "none":
         return 0
     lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
-    return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0)
+    return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0) + (2 if spec.get("outflow_landing") else 0)
             + (START_VELOCITY.stop - START_VELOCITY.start if spec.get("start_velocity") else 0))
 
 
@@ -91,6 +108,23 @@ def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:
             + [v for _, v in px])
 
 
+def _landing(x: np.ndarray, bounds) -> list[float]:
+    """Where liquid leaving S's left / right lip at rest now crosses T's opening (x offset from
+    its centre at that time, in T's opening half-widths)."""
+    from taigym.envs.pour_tasks import reflect
+
+    th, tx, vx, rx, ry = (float(x[i]) for i in (2, 6, 8, 10, 11))
+    half_s, half_t = 0.5 * float(x[S_WIDTH]), max(0.5 * float(x[T_WIDTH]), 1e-3)
+    c, s = math.cos(th), math.sin(th)
+    out = []
+    for side in (-1.0, 1.0):                       # lip = S's opening centre + R(theta) (side w/2, 0)
+        lx, ly = side * half_s * c - rx, side * half_s * s - ry      # relative to T's opening centre
+        fall = math.sqrt(2.0 * max(ly, 0.0) / GRAVITY)               # s
+        t_x = reflect(tx, vx, fall, bounds[0], bounds[1])[0] - tx     # T's x displacement meanwhile
+        out.append(min(max((lx - t_x) / half_t, -LANDING_CLIP), LANDING_CLIP))
+    return out
+
+
 def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = None) -> np.ndarray:
     """``obs`` (n, d) or (d,) with the spec's features appended (float32, same leading shape);
     ``start``: the episode's first observation(s) (rows as ``obs``, or one for all), needed
@@ -103,6 +137,8 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
         raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
                          f"got {x.shape[1]}")
     parts = [x, np.array([_row(r, spec["bounds"], spec["horizon"]) for r in x], np.float32)]
+    if spec.get("outflow_landing"):
+        parts.append(np.array([_landing(r, spec["bounds"]) for r in x], np.float32))
     if spec.get("start_pose") or spec.get("start_velocity"):
         if start is None:
             raise ValueError("features with start_pose or start_velocity need the episode's first observation (start)")

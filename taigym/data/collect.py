@@ -6,7 +6,11 @@ applied is the expert's with probability ``beta`` (per step), else the learner's
 ``info`` (``expert.replan(info)``) at every ``replan_every``-th step (every step by default), so
 that its label is its action from the state the mixture actually reached (in between, it
 tracks its last replan); with ``relabel="none"`` the expert just acts (plans once at the first
-step and tracks, as in a demonstration).
+step and tracks, as in a demonstration); with ``relabel="outflow"`` it tracks its first plan
+until liquid first leaves S, replans ONCE from the state the mixture reached then, and tracks
+that plan to the end: labels right for where the learner is when the pour starts (most learner
+spills begin 1-5 steps after the first outflow), and consistent within the episode (replanning
+every k steps gave labels that disagree from replan to replan).
 
 :func:`collect` runs a list of such jobs, skipping those whose episode file is already in
 ``out_dir`` (resume after an interruption) and writing each new episode atomically as soon as
@@ -30,7 +34,10 @@ import numpy as np
 
 from . import INFO_KEYS, Episode, load_episode, save_episode
 
-RELABEL = ("auto", "replan", "none")
+RELABEL = ("auto", "replan", "none", "outflow")
+# relabel="outflow": the fraction of the liquid that must have left S (in_source below 1 - this)
+# before the one replan; 1 % is poured ~1-2 steps (0.05 s each) after the lip is first crossed
+OUTFLOW_FRACTION = 0.01
 
 
 def task_family(env) -> str:
@@ -56,8 +63,10 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
     if not (isinstance(replan_every, int) and replan_every >= 1):
         raise ValueError(f"replan_every must be an integer >= 1, got {replan_every!r}")
     replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
-    if replan and not hasattr(expert, "replan"):
-        raise ValueError(f"relabel='replan' needs an expert with replan(info); {expert!r} has none")
+    at_outflow = relabel == "outflow"
+    if (replan or at_outflow) and not hasattr(expert, "replan"):
+        raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info)); {expert!r} "
+                         "cannot (use relabel='none')")
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
     expert.reset(seed=int(seed))
@@ -73,6 +82,9 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
         t0 = time.perf_counter()
         if replan and step % replan_every == 0:
             expert.replan(info)
+        elif at_outflow and prev_plan is not None and float(info["in_source"]) < 1.0 - OUTFLOW_FRACTION:
+            expert.replan(info)
+            at_outflow = False
         label = np.asarray(expert.act(obs, info), np.float32)
         exp_time += time.perf_counter() - t0
         if getattr(expert, "plan", None) is not prev_plan:

@@ -13,7 +13,8 @@ FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
 
 def tasks(family: str, split: str = "train") -> tuple:
     """The fixed, seeded task split of an env family: ``split="train"`` (1000 tasks) or
-    ``"eval"`` (100 tasks), disjoint and identical on every machine."""
+    ``"eval"`` (100 tasks), disjoint and identical on every machine; Pour-v0 also has ``"val"``
+    (400 tasks, for model selection)."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}; got {family!r}")
     if family == "transport":

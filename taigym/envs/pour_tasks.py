@@ -32,7 +32,8 @@ The domain is :data:`DOMAIN` = 0.8 m x 0.5 m; its edges are solid (the bottom on
 floor). A task may also hold up to :data:`MAX_OBSTACLES` static boxes (``obstacles``, e.g. seed
 000's tall block between S and T); sampled tasks and the fixed splits have none.
 ``taigym.envs.tasks("pour", split)`` gives 1000 train and 100 eval tasks drawn from fixed seeds
-with ``Generator.random`` only, so the lists are identical on every machine.
+with ``Generator.random`` only, so the lists are identical on every machine, and 400 ``val``
+tasks (own seed) for model selection (a DAgger round, a BC snapshot) off both.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ ALL_SHAPES = ("rect", "frustum", "oval", "cup")
 LIQUID_VELOCITIES = ("zero", "follow")
 MAX_TARGET_SPEED = 0.3              #: m/s, sampled speeds of T
 MAX_VISCOSITY = 0.5                 #: Pa s, upper limit accepted anywhere (honey-like)
-SPLIT_SIZES = {"train": 1000, "eval": 100}
+SPLIT_SIZES = {"train": 1000, "eval": 100, "val": 400}
 MAX_OBSTACLES = 2                   #: static boxes per task (the env's world has this many slots)
 OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
-_SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1)}
+_SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1), "val": (20260301, 3)}
 _EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_task: more tasks from the train distribution
 
 
@@ -382,8 +383,8 @@ def fingerprint(tasks) -> str:
 
 
 def pour_tasks(split: str = "train") -> tuple[PourTask, ...]:
-    """The fixed, seeded split: 1000 ``train`` or 100 ``eval`` tasks (disjoint, identical on
-    every machine)."""
+    """The fixed, seeded split: 1000 ``train``, 100 ``eval`` or 400 ``val`` tasks (disjoint,
+    identical on every machine)."""
     if split not in SPLIT_SIZES:
         raise ValueError(f"split must be one of {tuple(SPLIT_SIZES)}, got {split!r}")
     return _split(split)
