@@ -604,7 +604,7 @@ class Flip2D:
 
     # ------------------------------------------------------------------ pressure
     @ti.func
-    def build_pressure_system(self, b, dt):
+    def build_pressure_system(self, b):
         ny, dx = self.ny, self.dx
         # Liquid cells: those holding particles, or wetting a wall (wets_wall), and not sealed
         # off by solids.
@@ -658,15 +658,20 @@ class Flip2D:
                    + (wt * self.w[b, i, j + 1] + (1 - wt) * self.ws[b, i, j + 1])
                    - (wd * self.w[b, i, j] + (1 - wd) * self.ws[b, i, j]))
             # Density correction: a compressed cell is asked to expand back over ~1/kappa
-            # substeps; a sparse one well inside the liquid (all faces open, all neighbours
-            # wet) to contract. Near air or walls a low count is geometry, not a void.
+            # substeps of dt_max; a sparse one well inside the liquid (all faces open, all
+            # neighbours wet) to contract. Near air or walls a low count is geometry, not a void.
+            # The target is a velocity (kappa * excess * dx / dt_max), not a fraction per substep:
+            # it is computed on the fixed grid from the particles' start positions, and moving
+            # liquid crosses up to `cfl` cells per substep, so a per-substep correction (~1/dt,
+            # dt ~ dx / speed) misplaced by that travel grew with speed and worked like a drag
+            # against the container's motion (a cup coasting at 2 m/s held a -4 deg surface).
             excess = self.rho[b, i, j] - 1.0
             inside = (wl + wr + wd + wt == 4.0 and self.count_at(b, i - 1, j) > 0
                       and self.count_at(b, i + 1, j) > 0 and self.count_at(b, i, j - 1) > 0
                       and self.count_at(b, i, j + 1) > 0)
             if not inside:
                 excess = ti.max(excess, 0.0)
-            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / dt
+            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / self.dt_max
             self.r[b, c] = -dx * div
             self.p[b, c] = 0.0
         # MIC(0) preconditioner; neighbours below and to the left come first in the list
@@ -767,8 +772,8 @@ class Flip2D:
         return self.p[b, ti.max(c, 0)] * (c >= 0)
 
     @ti.func
-    def project(self, b, dt):
-        m = self.build_pressure_system(b, dt)
+    def project(self, b):
+        m = self.build_pressure_system(b)
         iters = self.solve_pressure(b, m)
         self.subtract_pressure_gradient(b, self.u, self.wu, self.us, self.valid_u, U_FACES)
         self.subtract_pressure_gradient(b, self.w, self.wv, self.ws, self.valid_w, V_FACES)
@@ -969,7 +974,7 @@ class Flip2D:
         # got weight from a particle (bilinear support reaches one cell).
         self.particles_to_grid(b)
         self.body_forces(b, t, dt)
-        iters = self.project(b, dt)
+        iters = self.project(b)
         self.extrapolate_both(b)
         vmax = self.grid_to_particles(b, dt, self.push_clearance(dt, vs_max))
         return iters, vmax

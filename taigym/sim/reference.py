@@ -243,7 +243,7 @@ class NumpyFlip2D:
         wet_y = np.where(gy > 0.0, wet[1:-1, 2:], wet[1:-1, :-2])
         return cut & (((np.abs(gx) >= 0.5 * np.abs(gy)) & wet_x) | ((np.abs(gy) >= 0.5 * np.abs(gx)) & wet_y))
 
-    def project(self, dt: float) -> int:
+    def project(self) -> int:
         nx, ny, dx = self.nx, self.ny, self.dx
         wu, wv, us, ws, u, w, cnt = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.count
         open_sum = wu[:-1] + wu[1:] + wv[:, :-1] + wv[:, 1:]
@@ -264,7 +264,7 @@ class NumpyFlip2D:
             inside = ((open_sum == 4.0) & wet[:-2, 1:-1] & wet[2:, 1:-1]
                       & wet[1:-1, :-2] & wet[1:-1, 2:])
             excess = np.where(inside, self.rho - 1.0, np.maximum(self.rho - 1.0, 0.0))
-            div -= self.kappa * np.clip(excess, -0.5, 0.5) * dx / dt
+            div -= self.kappa * np.clip(excess, -0.5, 0.5) * dx / self.dt_max  # as the kernel: a velocity
             rhs = -dx * div[liquid]
             diag = open_sum[liquid]
             # couplings across interior faces between two liquid cells (symmetric)
@@ -373,7 +373,7 @@ class NumpyFlip2D:
         self.particles_to_grid()  # as the kernel: no extrapolation before the forces
         self.u_old, self.w_old = self.u.copy(), self.w.copy()
         self.body_forces(dt)
-        iters = self.project(dt)
+        iters = self.project()
         extrapolate(self.u, self.valid_u, self.layers)
         extrapolate(self.w, self.valid_w, self.layers)
         self.grid_to_particles(dt)

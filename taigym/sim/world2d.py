@@ -41,7 +41,8 @@ class World2D(BatchWorld):
             solids, so walls two cells thick hold at any setting.
         flip_ratio: FLIP/PIC blend (1 = pure FLIP, noisy; 0 = PIC, viscous-looking).
         dt_max: longest substep, s.
-        density_correction: fraction of a cell's compression undone per substep.
+        density_correction: fraction of a cell's compression undone per ``dt_max`` of
+            simulated time (a rate, whatever the substep).
         settle_speed: m/s; liquid outside every container that moved slower than this over the
             last advance (its own speed before any) counts as spilled.
     """
