@@ -17,7 +17,8 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
    forces of that frame too) and explicit viscosity ``nu * lap(u)``;
 4. pressure projection: weighted Poisson equation on the liquid cells (those holding particles,
    and empty ones between such a cell and a wall; air cells p = 0), solved
-   by MIC(0)-preconditioned conjugate gradients; compressed cells get a small expansion target
+   by MIC(0)-preconditioned conjugate gradients (in Eisenstat's form, which needs no product
+   with the matrix); compressed cells get a small expansion target
    (density correction) so that the liquid keeps its area over long runs;
 5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
    back out of solids (and their velocity into the solid removed).
@@ -135,14 +136,24 @@ class Flip2D:
         self.wave = ti.field(ti.i32, shape=(B, nx + ny))
         self.cells = ti.field(ti.i32, shape=(B, C))
         self.nbr = ti.Vector.field(4, ti.i32, shape=(B, C))         # left, right, down, up
-        self.coef = ti.Vector.field(4, ti.f32, shape=(B, C))        # face weights to them
-        self.diag = ti.field(ti.f32, shape=(B, C))
+        # MIC(0) factor L = E + F E^-1 of A = F + D + F^T (F: A's strictly lower part, i.e. minus
+        # the face weights to the left and lower neighbours; E diagonal): `precon` = 1 / E,
+        # `e_mic` = E, `diag_rest` = D - 2 E^2 (what the two sweeps leave of A's diagonal,
+        # Eisenstat's trick), and `lfac` the factor's off-diagonal entries, negated, of the row
+        # (left, lower) and column (right, upper) of each cell: -L[c, l], -L[r, c], -L[c, d], -L[u, c].
+        self.lfac = ti.Vector.field(4, ti.f32, shape=(B, C))
         self.precon = ti.field(ti.f32, shape=(B, C))
+        self.e_mic = ti.field(ti.f32, shape=(B, C))
+        self.diag_rest = ti.field(ti.f32, shape=(B, C))
+        # CG on the split-preconditioned system L^-1 A L^-T (Eisenstat 1981): pressure p (m^2/s),
+        # the right-hand side and then the transformed residual r^ = L^-1 r, the transformed
+        # search direction s^, the direction s = L^-T s^ in p's space, and the forward sweep's
+        # output t
         self.p = ti.field(ti.f32, shape=(B, C))
         self.r = ti.field(ti.f32, shape=(B, C))
-        self.z = ti.field(ti.f32, shape=(B, C))
+        self.s_hat = ti.field(ti.f32, shape=(B, C))
         self.s = ti.field(ti.f32, shape=(B, C))
-        self.q = ti.field(ti.f32, shape=(B, C))
+        self.t = ti.field(ti.f32, shape=(B, C))
         # outputs
         self.diagnostics = ti.field(ti.f32, shape=(B, N_DIAG))
         self.in_body = ti.field(ti.i32, shape=(B, K))
@@ -644,14 +655,14 @@ class Flip2D:
                     self.wave[b, i + j] = c + 1
                     self.cell_id[b, i, j] = c
                     self.cells[b, c] = i * ny + j
+        # One pass in list order: right-hand side, neighbours and the MIC(0) factor (a cell's
+        # left and lower neighbours come earlier in the list, so their factor is known).
         for c in range(m):
             i, j = self.cells[b, c] // ny, self.cells[b, c] % ny
             wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
             wd, wt = self.wv[b, i, j], self.wv[b, i, j + 1]
-            self.diag[b, c] = wl + wr + wd + wt
-            self.nbr[b, c] = ti.Vector([self.liquid_id(b, i - 1, j), self.liquid_id(b, i + 1, j),
-                                        self.liquid_id(b, i, j - 1), self.liquid_id(b, i, j + 1)])
-            self.coef[b, c] = ti.Vector([wl, wr, wd, wt])
+            l, d = self.liquid_id(b, i - 1, j), self.liquid_id(b, i, j - 1)
+            self.nbr[b, c] = ti.Vector([l, self.liquid_id(b, i + 1, j), d, self.liquid_id(b, i, j + 1)])
             # Batty's divergence: open part of a face carries the liquid, the rest the solid.
             div = ((wr * self.u[b, i + 1, j] + (1 - wr) * self.us[b, i + 1, j])
                    - (wl * self.u[b, i, j] + (1 - wl) * self.us[b, i, j])
@@ -674,102 +685,103 @@ class Flip2D:
             div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / self.dt_max
             self.r[b, c] = -dx * div
             self.p[b, c] = 0.0
-        # MIC(0) preconditioner; neighbours below and to the left come first in the list
-        for c in range(m):
-            e = self.diag[b, c]
-            l, d = self.nbr[b, c][0], self.nbr[b, c][2]
+            # MIC(0) (Bridson's book): e = E^2; the left neighbour's upper weight is the v-face
+            # above it, the lower neighbour's right weight the u-face right of it
+            diag = wl + wr + wd + wt
+            e = diag
+            fl, fd = 0.0, 0.0
             if l >= 0:
-                a = self.coef[b, c][0] * self.precon[b, l]
-                e -= a * a + MIC_TAU * self.coef[b, c][0] * self.coef[b, l][3] * self.precon[b, l] ** 2
+                fl = wl * self.precon[b, l]
+                e -= fl * fl + MIC_TAU * wl * self.wv[b, i - 1, j + 1] * self.precon[b, l] ** 2
             if d >= 0:
-                a = self.coef[b, c][2] * self.precon[b, d]
-                e -= a * a + MIC_TAU * self.coef[b, c][2] * self.coef[b, d][1] * self.precon[b, d] ** 2
-            if e < MIC_SIGMA * self.diag[b, c]:
-                e = self.diag[b, c]
-            self.precon[b, c] = 1.0 / ti.sqrt(e)
+                fd = wd * self.precon[b, d]
+                e -= fd * fd + MIC_TAU * wd * self.wu[b, i + 1, j - 1] * self.precon[b, d] ** 2
+            if e < MIC_SIGMA * diag:
+                e = diag
+            e_c = ti.sqrt(e)
+            pc = 1.0 / e_c
+            self.precon[b, c] = pc
+            self.e_mic[b, c] = e_c
+            self.diag_rest[b, c] = diag - 2.0 * e
+            self.lfac[b, c] = ti.Vector([fl, wr * pc, fd, wt * pc])
         return m
 
     @ti.func
-    def forward_sweep(self, b, c):
-        """MIC(0) forward substitution at cell c (cells in list order): q = L^-1 r."""
-        t = self.r[b, c]
-        l, d = self.nbr[b, c][0], self.nbr[b, c][2]
-        if l >= 0:
-            t += self.coef[b, c][0] * self.precon[b, l] * self.q[b, l]
-        if d >= 0:
-            t += self.coef[b, c][2] * self.precon[b, d] * self.q[b, d]
-        self.q[b, c] = t * self.precon[b, c]
-
-    @ti.func
-    def backward_sweep(self, b, c):
-        """MIC(0) back substitution at cell c (cells in reverse order): z = L^-T q."""
-        t = self.q[b, c]
-        rr, up = self.nbr[b, c][1], self.nbr[b, c][3]
-        if rr >= 0:
-            t += self.coef[b, c][1] * self.precon[b, c] * self.z[b, rr]
-        if up >= 0:
-            t += self.coef[b, c][3] * self.precon[b, c] * self.z[b, up]
-        self.z[b, c] = t * self.precon[b, c]
-
-    @ti.func
-    def apply_preconditioner(self, b, m):
-        """z = M^-1 r by the two triangular sweeps of MIC(0)."""
-        for c in range(m):
-            self.forward_sweep(b, c)
-        for cc in range(m):
-            self.backward_sweep(b, m - 1 - cc)
+    def forward_sweep(self, b, c, y, f: ti.template()):
+        """Row c of L f = y (cells in list order): f[c], given f of c's left and lower neighbours."""
+        nb, lf = self.nbr[b, c], self.lfac[b, c]
+        if nb[0] >= 0:
+            y += lf[0] * f[b, nb[0]]
+        if nb[2] >= 0:
+            y += lf[2] * f[b, nb[2]]
+        res = y * self.precon[b, c]
+        f[b, c] = res
+        return res
 
     @ti.func
     def solve_pressure(self, b, m):
-        """MIC(0)-PCG for A p = r; returns the iteration count."""
+        """CG on A p = r preconditioned by MIC(0), M = L L^T, in Eisenstat's (1981) form: CG on
+        L^-1 A L^-T, whose product with a vector s^ takes the two triangular sweeps and no
+        product with A, since A = L E + E L^T + (D - 2 E^2) gives
+            L^-1 A L^-T s^ = E s + L^-1 (E s^ + (D - 2 E^2) s),  s = L^-T s^.
+        Same iterates as MIC(0)-PCG in exact arithmetic (p += alpha s, the PCG's direction), one
+        pass less per iteration. Stops on the max norm of the true residual r = L r^ (as the
+        PCG on r). Returns the iteration count."""
         rmax0 = 0.0
         for c in range(m):
             rmax0 = ti.max(rmax0, ti.abs(self.r[b, c]))
         iters = 0
         if rmax0 > 0.0:
             tol = PCG_TOLERANCE * rmax0
-            self.apply_preconditioner(b, m)
             sigma = ti.cast(0.0, ti.f64)
-            for c in range(m):
-                self.s[b, c] = self.z[b, c]
-                sigma += ti.cast(self.z[b, c] * self.r[b, c], ti.f64)
+            for c in range(m):  # r^ = L^-1 r, in place
+                rh = self.forward_sweep(b, c, self.r[b, c], self.r)
+                sigma += ti.cast(rh * rh, ti.f64)
+            beta = 0.0
             while iters < PCG_MAX_ITERS:
                 iters += 1
+                # s^ = r^ + beta s^ and s = L^-T s^, in one pass in reverse order
+                for cc in range(m):
+                    c = m - 1 - cc
+                    sh = self.r[b, c] + beta * self.s_hat[b, c]
+                    self.s_hat[b, c] = sh
+                    nb, lf = self.nbr[b, c], self.lfac[b, c]
+                    if nb[1] >= 0:
+                        sh += lf[1] * self.s[b, nb[1]]
+                    if nb[3] >= 0:
+                        sh += lf[3] * self.s[b, nb[3]]
+                    self.s[b, c] = sh * self.precon[b, c]
+                # q^ = E s + t, t = L^-1 (E s^ + (D - 2 E^2) s); s^.q^
                 sq = ti.cast(0.0, ti.f64)
                 for c in range(m):
-                    acc = self.diag[b, c] * self.s[b, c]
-                    for d in ti.static(range(4)):
-                        k = self.nbr[b, c][d]
-                        if k >= 0:
-                            acc -= self.coef[b, c][d] * self.s[b, k]
-                    self.q[b, c] = acc
-                    sq += ti.cast(acc * self.s[b, c], ti.f64)
+                    es = self.e_mic[b, c] * self.s[b, c]
+                    t = self.forward_sweep(b, c, self.e_mic[b, c] * self.s_hat[b, c]
+                                           + self.diag_rest[b, c] * self.s[b, c], self.t)
+                    sq += ti.cast(self.s_hat[b, c] * (es + t), ti.f64)
                 alpha = ti.cast(sigma / sq, ti.f32) if sq != 0.0 else 0.0
-                # one pass: update p and r, and run the preconditioner's forward sweep on the
-                # fresh r (it reads q only of earlier cells, already overwritten by the sweep)
+                # p += alpha s, r^ -= alpha q^, and the true residual L r^ (it reads r^ of the
+                # left and lower neighbours, updated earlier in this pass)
                 rmax = 0.0
+                sigma_new = ti.cast(0.0, ti.f64)
                 for c in range(m):
-                    self.p[b, c] = self.p[b, c] + (alpha * self.s[b, c])
-                    self.r[b, c] = self.r[b, c] - (alpha * self.q[b, c])
-                    rmax = ti.max(rmax, ti.abs(self.r[b, c]))
-                    self.forward_sweep(b, c)
+                    s = self.s[b, c]
+                    e_c = self.e_mic[b, c]
+                    self.p[b, c] = self.p[b, c] + (alpha * s)
+                    rh = self.r[b, c] - alpha * (e_c * s + self.t[b, c])
+                    self.r[b, c] = rh
+                    sigma_new += ti.cast(rh * rh, ti.f64)
+                    res = e_c * rh
+                    nb, lf = self.nbr[b, c], self.lfac[b, c]
+                    if nb[0] >= 0:
+                        res -= lf[0] * self.r[b, nb[0]]
+                    if nb[2] >= 0:
+                        res -= lf[2] * self.r[b, nb[2]]
+                    rmax = ti.max(rmax, ti.abs(res))
                 if rmax <= tol:
                     break
-                sigma_new = ti.cast(0.0, ti.f64)
-                for cc in range(m):  # backward sweep and z.r in one pass
-                    c = m - 1 - cc
-                    self.backward_sweep(b, c)
-                    sigma_new += ti.cast(self.z[b, c] * self.r[b, c], ti.f64)
                 beta = ti.cast(sigma_new / sigma, ti.f32)
                 sigma = sigma_new
-                for c in range(m):
-                    self.s[b, c] = self.z[b, c] + beta * self.s[b, c]
         return iters
-
-    @ti.func
-    def cell_pressure(self, b, i, j):
-        c = self.liquid_id(b, i, j)
-        return self.p[b, ti.max(c, 0)] * (c >= 0)
 
     @ti.func
     def project(self, b):
@@ -793,11 +805,13 @@ class Flip2D:
                 if open_frac[b, i, j] == 0.0:
                     f[b, i, j] = solid_vel[b, i, j]
                     valid[b, i, j] = 1
-                elif self.liquid_id(b, i - di, j - dj) >= 0 or self.liquid_id(b, i, j) >= 0:
-                    p_lo = self.cell_pressure(b, i - di, j - dj)
-                    p_hi = self.cell_pressure(b, i, j)
-                    f[b, i, j] = f[b, i, j] - ((p_hi - p_lo) / self.dx)
-                    valid[b, i, j] = 1
+                else:
+                    c_lo, c_hi = self.liquid_id(b, i - di, j - dj), self.liquid_id(b, i, j)
+                    if c_lo >= 0 or c_hi >= 0:  # air has p = 0
+                        p_lo = self.p[b, ti.max(c_lo, 0)] * (c_lo >= 0)
+                        p_hi = self.p[b, ti.max(c_hi, 0)] * (c_hi >= 0)
+                        f[b, i, j] = f[b, i, j] - ((p_hi - p_lo) / self.dx)
+                        valid[b, i, j] = 1
 
     # ------------------------------------------------------------------ particles
     @ti.func
