@@ -93,7 +93,7 @@ def _score(row: dict) -> tuple:
 def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, expert=None) -> DAggerAgent:
     """DAgger; see the module docstring. Returns the trained :class:`DAggerAgent`."""
     from taigym.data import transitions
-    from taigym.data.collect import RELABEL, collect, make_job
+    from taigym.data.collect import RELABEL, check_can_replan, collect, make_job
 
     cfg = check_cfg(cfg, DEFAULTS, "dagger")
     if cfg["select"] not in ("best", "last"):
@@ -115,9 +115,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     relabel = cfg["relabel"]
     if relabel == "auto":
         relabel = "replan" if hasattr(expert, "replan") else "none"
-    if relabel in ("replan", "outflow") and not hasattr(expert, "replan"):
-        raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info), e.g. sqp); "
-                         f"{getattr(expert, 'name', expert)!r} cannot (use relabel='none')")
+    if relabel in ("replan", "outflow"):
+        check_can_replan(relabel, expert)  # before anything is collected
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     budget = cfg["max_labels"]
