@@ -41,7 +41,7 @@ from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_
                         D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
                         VISCOSITY_SKIP)
 from .flip2d import (MIC_SIGMA, MIC_TAU, PARALLEL_LANES, PCG_MAX_ITERS, PCG_TOLERANCE, SDF_BAND,
-                     open_fraction)
+                     open_fraction, push_out_of_solids)
 from .geometry3d import KIND_BOX3, KIND_REVOLVED
 
 TILE = 4  # cells along each side of a tile of the active region
@@ -712,14 +712,7 @@ class Flip3D:
             for leg in range(legs):
                 mid = x + 0.5 * h * self.grid_velocity(b, x)
                 x = x + h * self.grid_velocity(b, mid)
-                _phi0, _grad0, vs = self.solid_at(b, x)
-                phi, grad, _vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
-                if phi < rp:
-                    nrm = grad.normalized(1e-12)
-                    x = x + (rp - phi) * nrm
-                    vn = (vel - vs).dot(nrm)
-                    if vn < 0.0:
-                        vel = vel - vn * nrm
+                x, vel = push_out_of_solids(self, b, x, vel, (leg + 1) * h, rp)
             self.x[b, p] = ti.math.clamp(x, rp, L - rp)
             self.v[b, p] = vel
 
