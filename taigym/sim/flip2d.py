@@ -1156,7 +1156,10 @@ def push_out_of_solids(solver: ti.template(), b, x, vel, elapsed, rp):
     The nodal SDF is from the start of the substep; sampling it where the solid point now over
     x was then (x - elapsed * v_solid) follows the body's motion (still: at x)."""
     phi, grad, vs = solver.solid_at(b, x)
-    if (vs != 0.0).any():
+    moving = vs[0] != 0.0
+    for k in ti.static(range(1, vs.n)):
+        moving = moving or vs[k] != 0.0
+    if moving:
         phi, grad, _vs = solver.solid_at(b, x - elapsed * vs)
     if phi < rp:
         nrm = grad.normalized(1e-12)
