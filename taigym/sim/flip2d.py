@@ -879,17 +879,7 @@ class Flip2D:
                 near = ti.min(ti.min(self.phi[b, i, j], self.phi[b, i + 1, j]),
                               ti.min(self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1])) < clearance
                 if near:  # most particles are not: no solid point within reach of the test
-                    # The nodal SDF is from the start of the substep; sampling it where the
-                    # solid point now over x was then follows the body's motion (still: at x).
-                    phi, grad, vs = self.solid_at(b, x)
-                    if vs[0] != 0.0 or vs[1] != 0.0:
-                        phi, grad, vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
-                    if phi < rp:
-                        nrm = grad.normalized(1e-12)
-                        x = x + (rp - phi) * nrm
-                        vn = (vel - vs).dot(nrm)
-                        if vn < 0.0:
-                            vel = vel - vn * nrm
+                    x, vel = push_out_of_solids(self, b, x, vel, (leg + 1) * h, rp)
             x = ti.Vector([ti.math.clamp(x[0], rp, W - rp), ti.math.clamp(x[1], rp, H - rp)])
             self.x[b, p] = x
             self.v[b, p] = vel
@@ -1154,6 +1144,30 @@ class Flip2D:
     def measure_all(self):
         for b in range(self.B):
             self.measure(b, 0.0)
+
+
+@ti.func
+def push_out_of_solids(solver: ti.template(), b, x, vel, elapsed, rp):
+    """Particle at x (m) with velocity vel (m/s), ``elapsed`` s into the substep, pushed out to
+    r_particle ``rp`` (m) from the solids of scene b and its velocity's inward normal component
+    relative to the solid removed; returns (x, vel). Shared by Flip2D and Flip3D, whose
+    ``solid_at(b, x)`` gives (phi, grad phi, solid velocity) from the nodal SDF.
+
+    The nodal SDF is from the start of the substep; sampling it where the solid point now over
+    x was then (x - elapsed * v_solid) follows the body's motion (still: at x)."""
+    phi, grad, vs = solver.solid_at(b, x)
+    moving = vs[0] != 0.0
+    for k in ti.static(range(1, vs.n)):
+        moving = moving or vs[k] != 0.0
+    if moving:
+        phi, grad, _vs = solver.solid_at(b, x - elapsed * vs)
+    if phi < rp:
+        nrm = grad.normalized(1e-12)
+        x = x + (rp - phi) * nrm
+        vn = (vel - vs).dot(nrm)
+        if vn < 0.0:
+            vel = vel - vn * nrm
+    return x, vel
 
 
 @ti.func

@@ -41,7 +41,7 @@ from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_
                         D_SPILLED, D_SUBSTEPS, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
                         VISCOSITY_SKIP)
 from .flip2d import (MIC_SIGMA, MIC_TAU, PARALLEL_LANES, PCG_MAX_ITERS, PCG_TOLERANCE, SDF_BAND,
-                     open_fraction)
+                     open_fraction, push_out_of_solids)
 from .geometry3d import KIND_BOX3, KIND_REVOLVED
 
 TILE = 4  # cells along each side of a tile of the active region
@@ -541,7 +541,7 @@ class Flip3D:
 
     # ------------------------------------------------------------------ pressure
     @ti.func
-    def build_pressure_system(self, b, dt):
+    def build_pressure_system(self, b):
         ny, nz, dx = self.ny, self.nz, self.dx
         m = 0
         for blk in range(self.nblocks[b]):
@@ -577,11 +577,13 @@ class Flip3D:
                 if self.count_at(b, I - e) == 0 or self.count_at(b, J) == 0:
                     inside = False
             self.diag[b, c] = wsum
-            # density correction (flip2d.build_pressure_system)
+            # density correction (flip2d.build_pressure_system): a velocity, kappa * excess * dx
+            # per dt_max, not a fraction per substep, which worked like a drag on liquid moving
+            # over the grid (a cup coasting at 2 m/s held a -0.9 deg surface)
             excess = self.rho[b, I[0], I[1], I[2]] - 1.0
             if not (inside and wsum == 6.0):
                 excess = ti.max(excess, 0.0)
-            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / dt
+            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / self.dt_max
             self.r[b, c] = -dx * div
             self.p[b, c] = 0.0
         # MIC(0) (Bridson's book, 3D): neighbours at -x, -y, -z come first in the list
@@ -676,8 +678,8 @@ class Flip3D:
         return self.p[b, ti.max(c, 0)] * (c >= 0)
 
     @ti.func
-    def project(self, b, dt):
-        m = self.build_pressure_system(b, dt)
+    def project(self, b):
+        m = self.build_pressure_system(b)
         iters = self.solve_pressure(b, m)
         for a in ti.static(range(3)):
             for blk in range(self.nblocks[b]):
@@ -712,14 +714,7 @@ class Flip3D:
             for leg in range(legs):
                 mid = x + 0.5 * h * self.grid_velocity(b, x)
                 x = x + h * self.grid_velocity(b, mid)
-                _phi0, _grad0, vs = self.solid_at(b, x)
-                phi, grad, _vs2 = self.solid_at(b, x - (leg + 1) * h * vs)
-                if phi < rp:
-                    nrm = grad.normalized(1e-12)
-                    x = x + (rp - phi) * nrm
-                    vn = (vel - vs).dot(nrm)
-                    if vn < 0.0:
-                        vel = vel - vn * nrm
+                x, vel = push_out_of_solids(self, b, x, vel, (leg + 1) * h, rp)
             self.x[b, p] = ti.math.clamp(x, rp, L - rp)
             self.v[b, p] = vel
 
@@ -795,7 +790,7 @@ class Flip3D:
         self.update_solids(b)
         self.particles_to_grid(b)
         self.body_forces(b, t, dt)
-        iters = self.project(b, dt)
+        iters = self.project(b)
         for a in ti.static(range(3)):
             self.extrapolate(b, a, self.vel[a], self.valid[a])
         self.grid_to_particles(b, dt)
