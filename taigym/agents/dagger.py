@@ -115,8 +115,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     relabel = cfg["relabel"]
     if relabel == "auto":
         relabel = "replan" if hasattr(expert, "replan") else "none"
-    if relabel in ("replan", "outflow"):
-        check_can_replan(relabel, expert)  # before anything is collected
+    check_can_replan(relabel, expert)  # before anything is collected
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     budget = cfg["max_labels"]

@@ -42,7 +42,7 @@ OUTFLOW_FRACTION = 0.01
 
 def check_can_replan(relabel: str, expert) -> None:
     """ValueError when ``relabel`` ("replan", "outflow") asks ``expert`` to replan and it cannot."""
-    if not hasattr(expert, "replan"):
+    if relabel in ("replan", "outflow") and not hasattr(expert, "replan"):
         raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info), e.g. sqp); "
                          f"{getattr(expert, 'name', expert)!r} cannot (use relabel='none')")
 
@@ -71,8 +71,7 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
         raise ValueError(f"replan_every must be an integer >= 1, got {replan_every!r}")
     replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
     at_outflow = relabel == "outflow"
-    if replan or at_outflow:
-        check_can_replan(relabel, expert)
+    check_can_replan(relabel, expert)
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
     expert.reset(seed=int(seed))
