@@ -41,8 +41,8 @@ is the rest; tests/test_learning.py); while S moves, S's velocity carries the li
 side sqp pours towards. Where T passes close to S's start it flips between neighbouring tasks, a
 step the MLP could not learn from the lookaheads: BC on 950 sqp demonstrations, 400 val-split tasks,
 seeds 0 / 1: success 0.81 / 0.78 without, 0.91 / 0.91 with; on the 93 tasks with T within 8 cm of
-S's start at 2 s it poured away from sqp's side in 14-43 % and failed 0.39-0.68 without, never and
-0.13-0.14 with (tasks with T faster than 0.195 m/s: failures 0.33-0.38 -> 0.16-0.19).
+S's start at 2 s it poured away from sqp's side in 20 / 26 % and failed 0.43 / 0.51 without (0.12 / 0.13
+elsewhere), never and 0.13 / 0.14 with (tasks with T faster than 0.195 m/s: 0.33 / 0.38 -> 0.19 / 0.16).
 
 A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, y_hi),
 "horizon": s, "start_pose": bool, "start_velocity": bool, "outflow_landing": bool, "pour_side": bool}`` saved with the policy (the bounds of T's box and the
