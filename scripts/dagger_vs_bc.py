@@ -18,8 +18,9 @@ the eval split. Prints a Markdown table (success with Wilson 95 % CI, in_target 
 with 95 % CI of the mean, per-decision latency and its ratio to the fastest expert's) and ends
 with one JSON line; ``*_success_vs_expert`` divides by the best expert's success.
 
-Both policies see the observation with T's predicted path relative to S and S's start pose
-(``--features``, :mod:`taigym.agents.features`). The expert is ``sqp`` with tracking gain
+Both policies see the observation with T's predicted path relative to S, where the first outflow
+would land, S's start pose and velocity and the side sqp pours towards (``--features``,
+:mod:`taigym.agents.features`). The expert is ``sqp`` with tracking gain
 ``--gain`` (default 0.1: from a state off its plan a step returns a tenth of the way; its
 labels at the learner's states lead to success more often than gain 1's, see
 ``scripts/expert_takeover.py``).

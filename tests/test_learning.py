@@ -406,7 +406,7 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     assert spec["outflow_landing"] and np.all(np.abs(extra[3 * n:3 * n + 2]) <= features.LANDING_CLIP)
     start = 3 * n + 2                                                       # after the two landing entries
     np.testing.assert_array_equal(extra[start:start + 3], first[:3])        # S's pose at the start
-    np.testing.assert_array_equal(extra[start + 3:], first[3:6])            # and its velocity (FOLLOW)
+    np.testing.assert_array_equal(extra[start + 3:start + 6], first[3:6])   # and its velocity (FOLLOW)
     assert task.liquid_velocity == "follow" and extra[start + 3] == pytest.approx(task.source_velocity[0])
     assert np.ptp(np.sign(vx[:len(features.RELATIVE_LOOKAHEAD)])) == 2     # the lookaheads span a bounce
     steps = 0
@@ -428,6 +428,32 @@ def test_target_path_features_predict_where_t_will_be(tmp_path):
     np.testing.assert_allclose(again.act(obs, {}), agent.act_batch(obs[None], start=first)[0], atol=1e-5)
     with pytest.raises(ValueError, match="start"):
         features.featurize(obs, spec)
+
+
+def test_pour_side_is_the_side_sqp_pours_towards():
+    """The pour_side input (in 'auto' on Pour-v0): from the episode's first observation, +1 / -1 as
+    sqp's plan pours towards T's right / left (T's side of S half way through sqp's plan), on both
+    sides and across T's bounces; it stays that of the start while S and T move."""
+    from taigym.agents import features
+    from taigym.planners.sqp import PourProblem
+
+    env = make_env()
+    spec = features.resolve("auto", env)
+    assert spec["pour_side"]
+    dt, horizon, drain = 0.05, spec["horizon"], 1.0              # sqp's plan: (5 - 1) s of 0.05 s nodes
+    nodes = int(round((horizon - drain) / dt))
+    sides = []
+    for i, task in enumerate(taigym.envs.tasks("pour", split="val")[:60]):
+        obs, _ = env.reset(seed=i, options={"task": task})
+        side = features.pour_side(obs, spec["bounds"], spec["horizon"])
+        assert side == PourProblem.from_task(task).pour_side(nodes, dt), i
+        sides.append(side)
+    assert set(sides) == {-1.0, 1.0}
+    first = obs.copy()
+    for _ in range(20):
+        obs, *_ = env.step(np.array([0.5, 0.0, 0.5], np.float32))
+    assert features.featurize(obs, spec, start=first)[-1] == side
+    assert features.featurize(obs, spec, start=obs)[-1] in (-1.0, 1.0)
 
 
 def test_outflow_landing_predicts_where_the_first_outflow_lands():

@@ -197,17 +197,18 @@ class NumpyPolicy:
         self.p = {k: ([np.asarray(w, np.float32) for w in v] if k in ("W", "b") else
                       np.asarray(v, np.float32) if k in ("mean", "std", "mask") else v) for k, v in params.items()}
         self.low, self.high = low, high
-        self.start = None
+        self.start = self.start_part = None
 
     def reset(self) -> None:
-        self.start = None
+        self.start = self.start_part = None
 
     def __call__(self, obs) -> np.ndarray:
         p = self.p
         obs = np.asarray(obs).ravel()
-        if self.start is None:
+        if self.start is None:             # the episode's start: its features are computed once
             self.start = obs.copy()
-        obs = _features.featurize(obs, p.get("features"), self.start)
+            self.start_part = _features.start_features(self.start, p.get("features"))
+        obs = _features.featurize(obs, p.get("features"), self.start, start_part=self.start_part)
         x = np.clip((np.asarray(obs, np.float32) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
         x = x[None, None]                # (1, 1, in): broadcast over the members
