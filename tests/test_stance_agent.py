@@ -119,6 +119,22 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     env.close()
 
 
+def test_a_foot_under_a_rung_draws_back_before_it_rises():
+    """A foot whose swing starts under the lowest rung first draws back level until its toe
+    clears the rung (rising from there pushed it into the rung); a foot on a rung does not."""
+    task = MultiContactTask(family="ladder", start=0.43, size=1.24, spacing=0.29)
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    agent = StanceAgent(env)
+    agent._bars = task.scene()[1]
+    centre, _, _, radius, _ = min(agent._bars, key=lambda b: b[0][2])
+    under = np.array([centre[0] + 0.02, -0.1, centre[2] - 0.08])
+    out = agent._out_from_under_rung(under)
+    assert out is not None and out[0] + hum.SOLE_HALF[0] < centre[0] - radius
+    assert np.allclose(out[1:], under[1:])
+    assert agent._out_from_under_rung(np.array([centre[0], -0.1, centre[2] + radius + 0.03])) is None
+    env.close()
+
+
 def test_without_a_plan_the_expert_stands():
     """A search that ends without a plan (here: no time budget) leaves the robot standing in
     torque control, held by the QP on both soles."""

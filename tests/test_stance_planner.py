@@ -92,6 +92,27 @@ def test_ladder_stances_keep_the_hands_on_the_robots_side_of_the_rungs():
         model.close()
 
 
+def test_ladder_plans_keep_a_free_foot_off_the_rungs():
+    """A foot let go on the ladder waits for its swing where the plan put it; left behind the
+    plane of rungs (eval ladder 2: 11 cm) the leg went there through the gap between two rungs
+    and the foot caught under a rung when it swung on. Every planned stance keeps it in front."""
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "ladder"][2]
+    plan = st.plan(task, time_limit=60.0)
+    assert plan.solved
+    model = st.StanceModel(task)
+    try:
+        (o, n), = model.ladder_planes
+        free = 0
+        for s in plan.steps:
+            model.set((s.base_pos, s.base_quat, s.q))
+            for f in set(st.hum.FEET) - {c.limb for c in s.touching}:
+                free += 1
+                assert (model.limb_ref(f) - o) @ n >= 0.5 * st.FOOT_PLANE_CLEARANCE
+        assert free >= 1
+    finally:
+        model.close()
+
+
 def test_com_target_balances_the_yaw_moment_of_a_rail_hand():
     """On a 34 deg slope (steeper than a sole's friction cone) a single sole needs the rail hand
     to pull it uphill; beside the sole, that pull twists the body about the vertical, which the

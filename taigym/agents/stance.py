@@ -12,7 +12,8 @@ its objectives:
   (a penalty on its forces that rises from 0 over 0.6 s, so its force goes smoothly to about
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): ``swing`` the limb along a lifted path (up the surface normal,
-  across, down; a foot to or from a rung first backs off the ladder) to its contact target
+  across, down; a foot to or from a rung first backs off the ladder, from under a rung first
+  drawing back level till its toe clears it) to its contact target
   while the others hold, pressing a centimetre past the surface until the limb touches it (and
   a sole lies flat on it), then close the grip on a bar; then ``load`` it: the new contact
   joins the support with a penalty on its forces that falls to 0 over the phase, while the CoM
@@ -62,6 +63,8 @@ REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail h
 FLAT_TOL = 0.08        # rad, a landing sole's tilt from its surface that ends a swing
 FLAT_WAIT = 1.0        # s on the final approach after which a touching sole need not be flat
 LADDER_BACKOFF = 0.12  # m, a foot's swing path on a ladder stays this far off the plane of rungs
+UNDER_RUNG_HEIGHT = 0.15  # m, a rung this little above a sole's centre (foot height 0.1) is over the foot
+UNDER_RUNG_CLEAR = 0.03   # m, a foot under a rung first draws back till its toe is this far clear of it
 LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
@@ -189,7 +192,9 @@ class StanceAgent(Agent):
                     # in (straight up, the toe caught on the rung between; from the floor
                     # straight at it, the foot went in under the lowest rung and stuck there)
                     off = LADDER_BACKOFF * self.model.ladder_planes[0][1]
-                    ph["path"] = [x + off, above + off, above, press]
+                    out = self._out_from_under_rung(x)
+                    ph["path"] = ([out] if out is not None else []) + [
+                        (x if out is None else out) + off, above + off, above, press]
                 ph["t_way"], ph["ref"] = 0.0, x.copy()
                 pts = [x] + ph["path"]       # the phase may last the path's time at LIMB_SPEED more
                 ph["t_path"] = sum(np.linalg.norm(b - a) for a, b in zip(pts, pts[1:])) / LIMB_SPEED
@@ -287,6 +292,21 @@ class StanceAgent(Agent):
         T = self.env.unwrapped.control_dt
         q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
         return self._pd_action(q_target, action)
+
+    def _out_from_under_rung(self, x: np.ndarray) -> np.ndarray | None:
+        """Where a sole centred at ``x`` (pointing +x, at the ladder) that lies under a rung draws
+        back to horizontally, its toe clear of the rung by UNDER_RUNG_CLEAR; None if it is not under
+        one. Backing off along the ladder's normal (up and back) from there pushed the foot into
+        the rung (eval ladders 3 and 23: 400 N on the foot, both swing tries timed out)."""
+        out = None
+        for centre, axis, _, radius, _ in self._bars:
+            c = np.asarray(centre, float)
+            if (isinstance(axis, str) and axis == "y" and 0.0 < c[2] - x[2] < UNDER_RUNG_HEIGHT
+                    and abs(c[0] - x[0]) < hum.SOLE_HALF[0] + radius + UNDER_RUNG_CLEAR):
+                back = c[0] - radius - hum.SOLE_HALF[0] - UNDER_RUNG_CLEAR
+                if out is None or back < out[0]:
+                    out = np.r_[back, x[1:]]
+        return out
 
     def _bar_distance(self, x: np.ndarray) -> float:
         """Distance (m) from a hand centre to the nearest bar's surface."""

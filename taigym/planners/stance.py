@@ -13,7 +13,7 @@ best-first search over adjacent stances.
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
   torques within limits, joints within limits and no collision with the scene (on a ladder,
-  both hands also stay in front of the plane of rungs). It is solved in
+  both hands and any foot not in contact also stay in front of the plane of rungs). It is solved in
   two stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
   points (linear in both), then (2) an SQP on the configuration (contacts, CoM, upright torso,
@@ -76,6 +76,7 @@ LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wa
 #                        the free arm was thrown forward (ladder). The rail runs alongside the path: leaning
 #                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
+FOOT_PLANE_CLEARANCE = 0.12   # m, a free sole centre's (its toe is 0.11 m ahead of it)
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -531,13 +532,13 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         # no collision: links near the scene may not approach it further (linearised distance)
         A_rows, a_lo = _collision_rows(model, contacts, nv)
         for o, nrm in model.ladder_planes:
-            for h in hum.HANDS:
+            for h, clearance in _plane_limbs(contacts):
                 x_h = model.limb_ref(h)
                 Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
                 r = np.zeros(nv)
                 r[:27] = nrm @ Jh[0]
                 A_rows.append(r[None])
-                a_lo.append(HAND_PLANE_CLEARANCE - float((x_h - o) @ nrm))
+                a_lo.append(clearance - float((x_h - o) @ nrm))
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
         dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
         if dx is None:
@@ -569,7 +570,20 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "collision"
     if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
         return "hand through the ladder"
+    if any((model.limb_ref(f) - o) @ nrm < 0.5 * c for o, nrm in model.ladder_planes
+           for f, c in _plane_limbs(contacts) if f in hum.FEET):
+        return "foot through the ladder"
     return base, quat, q, u
+
+
+def _plane_limbs(contacts) -> list[tuple[str, float]]:
+    """The limbs kept on the robot's side of a ladder's plane of rungs, with their clearances (m):
+    both hands, and the feet not in ``contacts``. A free foot the IK left behind the plane (9-12 cm
+    on eval ladders 2, 14, 19, 23), its posture reference took it there through the gap between
+    two rungs, where it caught under a rung when it swung on (ladder 19: 390 N on the foot, fall)."""
+    touching = {c.limb for c in contacts}
+    return [(h, HAND_PLANE_CLEARANCE) for h in hum.HANDS] + [
+        (f, FOOT_PLANE_CLEARANCE) for f in hum.FEET if f not in touching]
 
 
 def _polish(model: StanceModel, x, contacts, iters: int = 8):
