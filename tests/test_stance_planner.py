@@ -43,8 +43,13 @@ def test_checker_rejects_bad_stances(start_step):
     assert any("!= statics" in v for v in st.check_step(TASK, weak))
 
 
-def test_planner_solves_a_short_walk_and_every_step_checks():
-    plan = st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, time_limit=40.0)
+@pytest.fixture(scope="module")
+def walk():
+    return st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, time_limit=40.0)
+
+
+def test_planner_solves_a_short_walk_and_every_step_checks(walk):
+    plan = walk
     assert plan.status == "solved", plan
     assert len(plan.steps) >= 3
     for a, b in zip(plan.stances, plan.stances[1:]):      # adjacent: one contact added or removed
@@ -57,6 +62,37 @@ def test_planner_solves_a_short_walk_and_every_step_checks():
             model.set((step.base_pos, step.base_quat, step.q))
             for c in step.touching:
                 assert np.linalg.norm(model.target(c)[0] - model.limb_ref(c.limb)) <= st.POS_TOL
+    finally:
+        model.close()
+
+
+def test_every_foot_step_has_a_balanced_transition_with_the_foot_lifted(walk, monkeypatch):
+    """Seed 003: a step is a move only if a transition exists between its stances; here a
+    configuration of the support alone, the swinging sole lifted clear of the floor midway."""
+    feet_steps = [(a, b, (set(sb) - set(sa)).pop()) for sa, sb, a, b
+                  in zip(walk.stances, walk.stances[1:], walk.steps, walk.steps[1:])
+                  if len(sb) > len(sa) and (set(sb) - set(sa)).pop().limb in ("left_foot", "right_foot")]
+    assert feet_steps
+    model = st.StanceModel(TASK)
+    try:
+        for a, b, new in feet_steps:
+            assert b.transition is not None
+            limb = new.limb
+            model.set((a.base_pos, a.base_quat, a.q))
+            start = model.limb_ref(limb)
+            model.set(b.transition)
+            lifted = model.limb_ref(limb)
+            assert lifted[2] >= st.SWING_CLEARANCE - st.LIFT_TOL             # floor at z = 0
+            end = model.target(new)[0]
+            assert np.linalg.norm(lifted[:2] - 0.5 * (start + end)[:2]) <= st.LIFT_TOL
+            points, tau, _ = st.contact_forces(model, b.support)
+            # the independent checker: equilibrium on the support, cones, torques, limits, no collision
+            check = st.Step(b.support, b.support, *b.transition, points, tau)
+            assert st.check_step(TASK, check) == []
+        # a lift the leg cannot reach (hip about 0.9 m up, leg 0.8 m): no transition, so no move
+        monkeypatch.setattr(st, "SWING_CLEARANCE", 3.0)
+        a, b, new = feet_steps[0]
+        assert st.solve_transition(model, (a.base_pos, a.base_quat, a.q), b, new.limb) is None
     finally:
         model.close()
 

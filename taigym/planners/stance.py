@@ -23,6 +23,10 @@ best-first search over adjacent stances.
   configuration: min ||f||^2 + ||tau / tau_max||^2 s.t. the six floating-base equilibrium rows
   G_b + J_b^T f = 0, cones, |tau| <= tau_max. Collision is checked with pybullet's closest points.
   The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
+* A **transition** (seed 003's motion between adjacent stances): a foot's Adj+ step is kept
+  only if a configuration of the smaller stance exists with that foot lifted clear of the
+  terrain midway between its old and new places, in equilibrium (:func:`solve_transition`);
+  the executed swing passes through it.
 * The **search**: best-first over stances (priority: distance of the feet contacts to the goal
   over a step length, plus a small cost per stance), lazily: a neighbour (Adj+ or Adj-) is
   queued with an optimistic priority and its IK solved only when it is popped; stances are
@@ -77,6 +81,8 @@ LEAN_FRONT = 0.1       # or this when a support hand is in front of the body (wa
 #                        along it keeps the CoM between hand and feet, and stepping up onto the step needs it
 HAND_PLANE_CLEARANCE = 0.03   # m, a hand centre's least distance from a ladder's plane (a grasp: 0.05)
 FOOT_PLANE_CLEARANCE = 0.12   # m, a free sole centre's (its toe is 0.11 m ahead of it)
+SWING_CLEARANCE = 0.06  # m, a swinging sole centre's height above the terrain under it at the transition
+LIFT_TOL = 0.02        # m, the transition's lift point is a waypoint: met to this, not to POS_TOL
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
@@ -113,6 +119,10 @@ class Step:
     q: np.ndarray
     points: list            # (limb, world point, force (3,), kind, normal, mu)
     tau: np.ndarray
+    #: Adj+ only: seed 003's transition, a configuration (base_pos, base_quat, q) of ``support``
+    #: alone with the new contact's limb lifted clear of the terrain between its old place and
+    #: the new one (:func:`solve_transition`); the swing goes through it
+    transition: tuple | None = None
 
 
 @dataclass
@@ -464,8 +474,56 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
     return _fail("forces or torques")
 
 
-def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters):
-    """Stage 2: the configuration SQP. Returns (base, quat, q, u) or the failure's name."""
+def terrain_height(model: StanceModel, x: float) -> float:
+    """Height (m) of the highest walkable plane (normal within 60 deg of up) under world x; a
+    plane counts 0.12 m (half a sole) past its contact range, whose ends keep soles off edges."""
+    out = -math.inf
+    for s in model.surfaces.values():
+        if s.kind != "plane" or s.normal[2] < 0.5 or abs(s.t[0]) < 1e-6:
+            continue
+        u = (x - s.origin[0]) / s.t[0]
+        if s.u_range[0] - 0.12 <= u <= s.u_range[1] + 0.12:
+            out = max(out, float(s.point(u)[2]))
+    return out
+
+
+def solve_transition(model: StanceModel, x0, step: Step, limb: str, iters: int = 30):
+    """Seed 003's transition for the Adj+ ``step`` from configuration ``x0``: a configuration
+    of ``step.support`` alone (static equilibrium, limits, no collision, as :func:`solve_ik`)
+    with ``limb`` lifted to midway between its place in ``x0`` and its new contact,
+    SWING_CLEARANCE above the terrain under the sole; the CoM aims at the balanced point nearest
+    the middle of the two end configurations' CoMs. A step whose swing cannot pass there is not
+    a move (the executed Cartesian swing asked the leg for a point 13 cm beyond its reach on
+    eval slope 8 and the stance sole was unloaded chasing it). Returns (base, quat, q) or None."""
+    mass = model.robot.total_mass
+    model.set(x0)
+    start, com0 = model.limb_ref(limb), model.robot.com_and_jacobian()[0]
+    model.set((step.base_pos, step.base_quat, step.q))
+    end, com1 = model.limb_ref(limb), model.robot.com_and_jacobian()[0]
+    mid = 0.5 * (start + end)
+    ground = max(terrain_height(model, mid[0] + dx) for dx in (-0.12, 0.0, 0.12))
+    mid[2] = max(mid[2], ground + SWING_CLEARANCE)
+    support = list(step.support)
+    why = "com"
+    for ref in (0.5 * (com0[:2] + com1[:2]), com0[:2], com1[:2]):
+        com_xy = com_target(model, support, mass, ref)
+        if com_xy is None:
+            continue
+        res = _sqp(model, x0, support, None, 0.0, (0.0, 0.0), 1.0, com_xy, iters, lift=(limb, mid))
+        if isinstance(res, str):
+            why = res
+        elif np.linalg.norm(model.limb_ref(limb) - mid) > LIFT_TOL:
+            why = "lift"
+        elif contact_forces(model, support) is None:
+            why = "forces"
+        else:
+            return res[:3]
+    return _fail("transition " + why)
+
+
+def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iters, lift=None):
+    """Stage 2: the configuration SQP. Returns (base, quat, q, u) or the failure's name.
+    ``lift``: (limb, world point), a limb that is no contact taken to a point (a transition)."""
     rob = model.robot
     base, quat, q = x
     q_ref = hum.stand_posture()
@@ -480,9 +538,9 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         err_max = 0.0
         merit = 0.0
         contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
-        for c in contacts:
+        for c in contacts + ([Contact(lift[0], "", 0.0)] if lift is not None else []):
             link = rob.link_index[hum.LIMB_LINK[c.limb]]
-            tgt, Rt = model.target(c)
+            tgt, Rt = (lift[1], None) if c.surface == "" else model.target(c)
             cur = model.limb_ref(c.limb)
             Jl, Ja = rob.jacobians(link, cur[None])
             J = np.zeros((3, nv))
@@ -749,6 +807,22 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         model.close()
 
 
+def _on_bar(model: StanceModel, new: Contact) -> bool:
+    """Whether a swing of ``new.limb`` (the model set to its start) goes to or from a bar: the
+    agent's path to or from a rung backs off the ladder instead (a foot within 0.1 m of a bar's
+    axis is on it)."""
+    if model.surfaces[new.surface].kind == "bar":
+        return True
+    x = model.limb_ref(new.limb)
+    for s in model.surfaces.values():
+        if s.kind == "bar":
+            d = x - np.asarray(s.origin)
+            t = np.asarray(s.t, float)
+            if np.linalg.norm(d - (d @ t) * t) < 0.1:
+                return True
+    return False
+
+
 def _moves(model: StanceModel, stance, x0, goal):
     """Adjacent stances, unsolved: (estimate, solve) with solve() -> (stance, Step) or None.
     Adj+: each free limb on each surface it may touch, its position chosen by the IK (the
@@ -779,7 +853,16 @@ def _moves(model: StanceModel, stance, x0, goal):
             def solve(free=free, lo=lo, hi=hi, goal_dir=goal_dir):
                 res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
                                goal_dir=goal_dir)
-                return None if res is None else (tuple(sorted(res[0].touching)), res[0])
+                if res is None:
+                    return None
+                step = res[0]
+                model.set(x0)
+                if free.limb in hum.FEET and not _on_bar(model, free):
+                    # seed 003: a step is a move only if a transition between its stances exists
+                    step.transition = solve_transition(model, x0, step, free.limb)
+                    if step.transition is None:
+                        return None
+                return tuple(sorted(step.touching)), step
 
             yield tuple(sorted(tuple(stance) + (far,))), solve
     if len(stance) >= 2:
