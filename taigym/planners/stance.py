@@ -538,22 +538,22 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         err_max = 0.0
         merit = 0.0
         contacts = fixed + ([Contact(free.limb, free.surface, u)] if free is not None else [])
-        for c in contacts + ([Contact(lift[0], "", 0.0)] if lift is not None else []):
-            link = rob.link_index[hum.LIMB_LINK[c.limb]]
-            tgt, Rt = (lift[1], None) if c.surface == "" else model.target(c)
-            cur = model.limb_ref(c.limb)
+        targets = [(c.limb, *model.target(c)) for c in contacts] + ([(*lift, None)] if lift is not None else [])
+        for limb, tgt, Rt in targets:
+            link = rob.link_index[hum.LIMB_LINK[limb]]
+            cur = model.limb_ref(limb)
             Jl, Ja = rob.jacobians(link, cur[None])
             J = np.zeros((3, nv))
             J[:, :27] = Jl[0]
             e = tgt - cur
-            if free is not None and c.limb == free.limb:
-                J[:, 27] = -np.asarray(model.surfaces[c.surface].t)   # the target moves with u
+            if free is not None and limb == free.limb:
+                J[:, 27] = -np.asarray(model.surfaces[free.surface].t)   # the target moves with u
             err_max = max(err_max, np.abs(e).max())
             merit += W_CONTACT * e @ e
             H += W_CONTACT * J.T @ J
             g -= W_CONTACT * J.T @ e
             if Rt is not None:
-                _, Rc = rob.limb_frame(c.limb)
+                _, Rc = rob.limb_frame(limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 err_max = max(err_max, 0.1 * np.abs(er).max())
                 merit += 0.1 * W_CONTACT * er @ er
