@@ -32,7 +32,8 @@ neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0
 friction cones; grasps bounded by the grip force), |tau| <= tau_max. The a_* are PD laws
 towards the FSM's targets. As on position-controlled humanoids, the accelerations are
 integrated over the control step into the joint position targets of the env's PD servos
-(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead.
+(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead. A control step
+whose QP fails falls back to the posture target (PD) or repeats the last solved torques.
 
 Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
 ``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
@@ -112,6 +113,7 @@ class StanceAgent(Agent):
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
+        self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -284,11 +286,14 @@ class StanceAgent(Agent):
             self.k, self.t_phase = self.k + 1, 0.0
         for i, h in enumerate(hum.HANDS):
             action[21 + i] = 1.0 if self.grip[h] else -1.0
-        if qdd is None:
-            return self._pd_action(ph["q"], action)
         if getattr(self.env.unwrapped, "control", "pd") == "torque":
+            # a QP that failed (OSQP's iteration limit) left ``_tau`` at the last solved QP's
+            # torques, held for this step (the posture target's normalised action, sent as
+            # torques, kicked the stance sole off eval slope 8: 3.9 kN on it, a fall)
             action[:21] = np.clip(self._tau / hum.TORQUE_LIMITS, -1, 1)
             return action
+        if qdd is None:
+            return self._pd_action(ph["q"], action)
         T = self.env.unwrapped.control_dt
         q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
         return self._pd_action(q_target, action)
@@ -455,9 +460,8 @@ class StanceAgent(Agent):
         res = solver.solve(raise_error=False)
         self.qp_status = res.info.status
         if res.info.status not in ("solved", "solved inaccurate"):
-            # no acceleration meets the contacts within the torque limits: the caller falls
-            # back to the posture target (PD) or zero torque
-            self._tau = np.zeros(21)
+            # no acceleration found that meets the contacts within the torque limits: the
+            # caller falls back to the posture target (PD) or the last solved torques
             return None
         self._tau = res.x[n + m:]
         self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb
