@@ -24,7 +24,8 @@ its objectives:
   time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
   swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
   next support (within 1.5 cm of the planned CoM, or 4 cm where the next support alone balances
-  it) holds the stance instead of releasing the contact. ``agent.events`` lists these per episode.
+  it; after the shift's timeout, anywhere it does) holds the stance instead of releasing the
+  contact. ``agent.events`` lists these per episode.
 
 The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
 joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
@@ -34,7 +35,8 @@ neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0
 friction cones; grasps bounded by the grip force), |tau| <= tau_max. The a_* are PD laws
 towards the FSM's targets. As on position-controlled humanoids, the accelerations are
 integrated over the control step into the joint position targets of the env's PD servos
-(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead.
+(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead. A control step
+whose QP fails falls back to the posture target (PD) or repeats the last solved torques.
 
 Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
 ``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
@@ -58,7 +60,7 @@ LIFT = 0.07            # m, swing path clearance along the target surface's norm
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
 SHIFT_TOL = 0.015      # m, CoM error that ends a shift
 SHIFT_NEAR = 0.04      # m, or this if the next support alone balances the robot there
-BALANCE_TOL = 0.005    # m, a CoM this close to the next support's equilibrium region counts as in it
+BALANCE_MARGIN = 0.005  # m, a CoM counts as balanced by a support that balances every CoM this near it
 SHIFT_MARGINS = (0.05, 0.03, 0.02, 0.01)   # m, stability margins (largest admitted first) of a shift's CoM target
 REACH_TOL = 0.02       # m, limb error (touching) that ends a swing
 REACH_TOUCH_TOL = 0.05  # m, or this after 0.5 s touching (a forearm on a rail holds the hand off)
@@ -115,6 +117,7 @@ class StanceAgent(Agent):
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
+        self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -279,6 +282,11 @@ class StanceAgent(Agent):
             if "t_arrived" not in ph and self.t_phase >= ph["T"]:
                 if e < SHIFT_TOL or (e < SHIFT_NEAR and self._balanced(ph["next"], com)):
                     ph["t_arrived"] = self.t_phase
+                elif self.t_phase >= ph["T"] + PHASE_TIMEOUT and self._balanced(ph["next"], com):
+                    # settled short of the target (stance-leg joints on their limits) where the
+                    # next support still balances it: let go (holding can only end the episode
+                    # short of the goal)
+                    ph["t_arrived"] = self.t_phase
                 elif self.t_phase >= ph["T"] + PHASE_TIMEOUT:
                     # the CoM never got over the next support: releasing a contact now drops
                     # the robot; stay in this stance, back where the shift began
@@ -296,11 +304,14 @@ class StanceAgent(Agent):
             self.k, self.t_phase = self.k + 1, 0.0
         for i, h in enumerate(hum.HANDS):
             action[21 + i] = 1.0 if self.grip[h] else -1.0
-        if qdd is None:
-            return self._pd_action(ph["q"], action)
         if getattr(self.env.unwrapped, "control", "pd") == "torque":
+            # a QP that failed (OSQP's iteration limit) left ``_tau`` at the last solved QP's
+            # torques, held for this step (the posture target's normalised action, sent as
+            # torques, kicked the stance sole off eval slope 8: 3.9 kN on it, a fall)
             action[:21] = np.clip(self._tau / hum.TORQUE_LIMITS, -1, 1)
             return action
+        if qdd is None:
+            return self._pd_action(ph["q"], action)
         T = self.env.unwrapped.control_dt
         q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
         return self._pd_action(q_target, action)
@@ -358,10 +369,13 @@ class StanceAgent(Agent):
         return None if np.linalg.norm(c[:2] - com[:2]) <= BALANCE_TOL else np.r_[c[:2], com[2]]
 
     def _balanced(self, support, com: np.ndarray) -> bool:
-        """Whether ``support`` alone balances gravity with the CoM at ``com`` (the planner's
-        stage-1 statics: forces in its friction cones, grasps bounded)."""
-        c = st.com_target(self.model, support, self.model.robot.total_mass, com[:2])
-        return c is not None and float(np.linalg.norm(c - com[:2])) < BALANCE_TOL
+        """Whether ``support`` alone balances gravity with the CoM anywhere within BALANCE_MARGIN
+        (1-norm) of ``com`` (the planner's stage-1 statics: forces in its friction cones, grasps
+        bounded; one LP). The nearest balanced point of :func:`taigym.planners.stance.com_target`
+        is not a test: its small-force term moved it 7 mm off CoMs that eval slope 14's next
+        support balanced with a 1 cm margin, and the shift stalled."""
+        r = st.stability_margin(self.model, support, self.model.robot.total_mass, com[:2])
+        return r is not None and r[0] >= BALANCE_MARGIN
 
     def _swing_timed_out(self, ph: dict) -> None:
         """A swing that did not land within its time: the limb is not loaded (the next stance
@@ -482,9 +496,8 @@ class StanceAgent(Agent):
         res = solver.solve(raise_error=False)
         self.qp_status = res.info.status
         if res.info.status not in ("solved", "solved inaccurate"):
-            # no acceleration meets the contacts within the torque limits: the caller falls
-            # back to the posture target (PD) or zero torque
-            self._tau = np.zeros(21)
+            # no acceleration found that meets the contacts within the torque limits: the
+            # caller falls back to the posture target (PD) or the last solved torques
             return None
         self._tau = res.x[n + m:]
         self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb

@@ -84,6 +84,7 @@ FOOT_PLANE_CLEARANCE = 0.12   # m, a free sole centre's (its toe is 0.11 m ahead
 SWING_CLEARANCE = 0.06  # m, a swinging sole centre's height above the terrain under it at the transition
 LIFT_TOL = 0.02        # m, the transition's lift point is a waypoint: met to this, not to POS_TOL
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
+COM_ACCEL_MARGIN = 0.4  # m/s^2, least CoM acceleration a sole-and-hands support must give (see _line_support_ok)
 _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
 
 
@@ -807,6 +808,46 @@ def plan(task: MultiContactTask, *, time_limit: float = 60.0, max_nodes: int = 4
         model.close()
 
 
+def com_accel_margin(model: StanceModel, support, com: np.ndarray, cap: float = 5.0) -> float:
+    """The least, over the four horizontal directions d (+-x, +-y), of the largest CoM
+    acceleration a (m/s^2, at most ``cap``) that forces at the support's contact points (its
+    friction cones, grasps bounded) give with no moment about the CoM ``com`` (3-D): total
+    force m (a d + g e_z). 0 if some direction has none. One LP per direction (HiGHS)."""
+    pts = [fp for c in support for fp in model.force_points(c)]
+    cols = []
+    for pt, kind, n, mu in pts:
+        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+        cols += [(pt, K[:, k], kind) for k in range(K.shape[1])]
+    mass = model.robot.total_mass
+    A = np.zeros((6, len(cols) + 1))
+    for k, (pt, g, _) in enumerate(cols):
+        A[:3, k], A[3:, k] = g, np.cross(pt - com, g)
+    bounds = [(0.0, hum.GRIP_FORCE if kind == "grasp" else None) for _, _, kind in cols] + [(None, cap)]
+    cost = np.zeros(len(cols) + 1)
+    cost[-1] = -1.0
+    out = cap
+    for d in ((1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)):
+        A[:, -1] = -mass * np.array([d[0], d[1], 0.0, 0.0, 0.0, 0.0])
+        res = linprog(cost, A_eq=A, b_eq=np.array([0.0, 0.0, mass * hum.GRAVITY, 0.0, 0.0, 0.0]),
+                      bounds=bounds, method="highs")
+        out = min(out, float(res.x[-1]) if res.status == 0 else 0.0)
+    return max(out, 0.0)
+
+
+def _line_support_ok(model: StanceModel, step: Step) -> bool:
+    """A release that leaves one sole on a plane and hands (point contacts: the body can only
+    turn about the line through them) is kept only if that support can accelerate the CoM of
+    its configuration by COM_ACCEL_MARGIN in every horizontal direction without turning the
+    body. The next swing starts there; on eval slopes 5, 8, 14, 17, 21 (0.05-0.27 m/s^2) the
+    executor's QP could not stop a 3 cm/s drift of the CoM without rolling the body about the
+    sole-hand line, and the robot fell (the swings that reached the goal had 0.58-0.95)."""
+    feet = [c for c in step.support if c.limb in hum.FEET]
+    if len(step.support) < 2 or len(feet) != 1 or model.surfaces[feet[0].surface].kind == "bar":
+        return True
+    model.set((step.base_pos, step.base_quat, step.q))
+    return com_accel_margin(model, step.support, model.robot.com_and_jacobian()[0]) >= COM_ACCEL_MARGIN
+
+
 def _on_bar(model: StanceModel, new: Contact) -> bool:
     """Whether a swing of ``new.limb`` (the model set to its start) goes to or from a bar: the
     agent's path to or from a rung backs off the ladder instead (a foot within 0.1 m of a bar's
@@ -871,7 +912,9 @@ def _moves(model: StanceModel, stance, x0, goal):
 
             def solve(rest=rest):
                 res = solve_ik(model, x0, stance, rest)
-                return None if res is None else (rest, res[0])
+                if res is None or not _line_support_ok(model, res[0]):
+                    return None
+                return rest, res[0]
 
             yield rest, solve
 
