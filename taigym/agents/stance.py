@@ -73,6 +73,7 @@ LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
 PHASE_TIMEOUT = 5.0    # s
 CENTRE_WAIT = 1.0      # s, a centring before a swing ends this long after its reference, arrived or not
+CENTRE_TOL = 0.005     # m, a CoM this close to its centring target needs no centring
 SWING_RETRIES = 1      # a swing that timed out is tried again this many times, then abandoned
 KP_COM, KP_LIMB, KP_POST, KP_ORI = 25.0, 30.0, 40.0, 40.0   # 1/s^2
 DAMP_CONTACT = 20.0    # 1/s
@@ -356,7 +357,7 @@ class StanceAgent(Agent):
     def _centre(self, support, com: np.ndarray) -> np.ndarray | None:
         """Where the CoM goes, the limb held, before a swing on one sole with no grasp: the nearest
         point that sole (and any pressing hand) balances with a stability margin (``_held_com``),
-        None if the CoM is there already (within BALANCE_TOL) or the swing has another support.
+        None if the CoM is there already (within CENTRE_TOL) or the swing has another support.
         Eval gaps 6 and 13: released 2 cm inside the far sole's heel edge (the hand on the wall only
         pushes back), the CoM was driven back past it as the other leg began its 0.9 m swing across
         the gap and the robot fell; centred first (it stops 1.4 cm short of the 4 cm-margin target,
@@ -366,7 +367,7 @@ class StanceAgent(Agent):
         if len(feet) != 1 or grasps:
             return None
         c = self._held_com(support, com)
-        return None if np.linalg.norm(c[:2] - com[:2]) <= BALANCE_TOL else np.r_[c[:2], com[2]]
+        return None if np.linalg.norm(c[:2] - com[:2]) <= CENTRE_TOL else np.r_[c[:2], com[2]]
 
     def _balanced(self, support, com: np.ndarray) -> bool:
         """Whether ``support`` alone balances gravity with the CoM anywhere within BALANCE_MARGIN
