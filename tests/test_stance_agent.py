@@ -119,6 +119,35 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     env.close()
 
 
+def test_a_failed_qp_step_repeats_the_last_torques(monkeypatch):
+    """In torque control a step whose QP finds no solution (OSQP's iteration limit, seen on eval
+    slopes) sends the last solved torques: the robot keeps standing where it was. (Sending the
+    posture target's normalised joint positions as torques put 3.9 kN on a stance sole.)"""
+    env, obs, info, agent = _standing_on_a_step_task()
+    com0 = agent.model.robot.com_and_jacobian()[0]
+    feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+    agent.phases = [dict(kind="hold", support=feet, com=com0, q=obs[:21].astype(float),
+                         quat=obs[45:49].astype(float))]
+    agent.k, agent.t_phase, agent.grip = 0, 0.0, {h: False for h in hum.HANDS}
+    solve, calls = agent._qp, [0]
+
+    def every_other_fails(*args):
+        calls[0] += 1
+        return solve(*args) if calls[0] % 2 or calls[0] < 10 else None
+
+    monkeypatch.setattr(agent, "_qp", every_other_fails)
+    for _ in range(120):
+        action = agent.act(obs, info)
+        assert np.allclose(action[:21], np.clip(agent._tau / hum.TORQUE_LIMITS, -1, 1))
+        obs, _, term, _, info = env.step(action)
+        assert not term
+    agent.model.robot.set_state(obs[42:45], obs[45:49], obs[:21])
+    assert np.linalg.norm(agent.model.robot.com_and_jacobian()[0][:2] - com0[:2]) < 0.02
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()
+
+
 def test_a_foot_under_a_rung_draws_back_before_it_rises():
     """A foot whose swing starts under the lowest rung first draws back level until its toe
     clears the rung (rising from there pushed it into the rung); a foot on a rung does not."""

@@ -8,6 +8,7 @@ import pytest
 import taigym
 from taigym.envs.multicontact_tasks import MultiContactTask
 from taigym.planners import stance as st
+from taigym.sim import humanoid as hum
 
 TASK = MultiContactTask(family="gap", start=0.45, size=0.4)
 
@@ -194,6 +195,29 @@ def test_com_target_margin_balances_a_neighbourhood():
         assert st.stability_margin(model, sole, mass, centre + np.array([0.0, 0.1])) is None
         with pytest.raises(ValueError, match="margin"):
             st.com_target(model, sole, mass, ref, margin=-0.01)
+    finally:
+        model.close()
+
+
+def test_com_accel_margin_is_the_zero_moment_point_bound():
+    """With no moment about the CoM, a sole can accelerate a CoM h above it by at most g d / h in a
+    direction, d the distance from the CoM's projection back to the sole's edge (the zero-moment
+    point stays on the sole): com_accel_margin, the least over four directions, must give that
+    bound, and 0 for a CoM outside the sole. (Releases onto a sole and a hand with less than 0.4
+    m/s^2 of it fell in the next swing on eval slopes.)"""
+    model = st.StanceModel(TASK)
+    try:
+        sole = (st.Contact("left_foot", "floor", 0.0),)
+        pts = np.array([pt for pt, *_ in model.force_points(sole[0])])
+        lo, hi = pts[:, :2].min(0), pts[:, :2].max(0)
+        h = 0.9                                        # m, CoM height above the sole
+        com = np.r_[(lo + hi) / 2 + np.array([0.0, 0.02]), pts[0, 2] + h]   # 2 cm towards the +y edge
+        expected = hum.GRAVITY * (hi[1] - com[1]) / h  # towards -y, the CoP on the +y edge
+        assert st.com_accel_margin(model, sole, com) == pytest.approx(expected, rel=1e-3)
+        assert st.com_accel_margin(model, sole, com + np.array([0.0, 0.1, 0.0])) == 0.0
+        both = sole + (st.Contact("right_foot", "floor", 0.0),)
+        mid = np.r_[(lo[0] + hi[0]) / 2, 0.0, com[2]]      # between the soles: the soles' length binds
+        assert st.com_accel_margin(model, both, mid) == pytest.approx(hum.GRAVITY * (hi[0] - lo[0]) / 2 / h, rel=1e-3)
     finally:
         model.close()
 
