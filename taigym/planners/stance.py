@@ -25,8 +25,8 @@ best-first search over adjacent stances.
   The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
 * A **transition** (seed 003's motion between adjacent stances): a foot's Adj+ step is kept
   only if a configuration of the smaller stance exists with that foot lifted clear of the
-  terrain midway between its old and new places, in equilibrium (:func:`solve_transition`);
-  the executed swing passes through it.
+  terrain midway between its old and new places, in equilibrium (:func:`solve_transition`).
+  The executor's swing does not follow it (that measured worse); the check only prunes moves.
 * The **search**: best-first over stances (priority: distance of the feet contacts to the goal
   over a step length, plus a small cost per stance), lazily: a neighbour (Adj+ or Adj-) is
   queued with an optimistic priority and its IK solved only when it is popped; stances are
@@ -122,7 +122,7 @@ class Step:
     tau: np.ndarray
     #: Adj+ only: seed 003's transition, a configuration (base_pos, base_quat, q) of ``support``
     #: alone with the new contact's limb lifted clear of the terrain between its old place and
-    #: the new one (:func:`solve_transition`); the swing goes through it
+    #: the new one (:func:`solve_transition`); kept for inspection, the executor does not use it
     transition: tuple | None = None
 
 
@@ -813,23 +813,18 @@ def com_accel_margin(model: StanceModel, support, com: np.ndarray, cap: float = 
     acceleration a (m/s^2, at most ``cap``) that forces at the support's contact points (its
     friction cones, grasps bounded) give with no moment about the CoM ``com`` (3-D): total
     force m (a d + g e_z). 0 if some direction has none. One LP per direction (HiGHS)."""
-    pts = [fp for c in support for fp in model.force_points(c)]
-    cols = []
-    for pt, kind, n, mu in pts:
-        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
-        cols += [(pt, K[:, k], kind) for k in range(K.shape[1])]
-    mass = model.robot.total_mass
-    A = np.zeros((6, len(cols) + 1))
-    for k, (pt, g, _) in enumerate(cols):
-        A[:3, k], A[3:, k] = g, np.cross(pt - com, g)
-    bounds = [(0.0, hum.GRIP_FORCE if kind == "grasp" else None) for _, _, kind in cols] + [(None, cap)]
-    cost = np.zeros(len(cols) + 1)
+    _, A_f, b, hi = _statics(model, support, model.robot.total_mass)
+    m = A_f.shape[1]
+    A = np.zeros((6, m + 1))
+    A[:3, :m] = A_f[:3]
+    A[3:, :m] = A_f[3:] - np.cross(com, A_f[:3].T).T     # moments about the CoM, not the origin
+    bounds = [(0.0, h if np.isfinite(h) else None) for h in hi] + [(None, cap)]
+    cost = np.zeros(m + 1)
     cost[-1] = -1.0
     out = cap
-    for d in ((1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0)):
-        A[:, -1] = -mass * np.array([d[0], d[1], 0.0, 0.0, 0.0, 0.0])
-        res = linprog(cost, A_eq=A, b_eq=np.array([0.0, 0.0, mass * hum.GRAVITY, 0.0, 0.0, 0.0]),
-                      bounds=bounds, method="highs")
+    for d in _DIAMOND:
+        A[:2, -1] = -model.robot.total_mass * d
+        res = linprog(cost, A_eq=A, b_eq=b, bounds=bounds, method="highs")
         out = min(out, float(res.x[-1]) if res.status == 0 else 0.0)
     return max(out, 0.0)
 
