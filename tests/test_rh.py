@@ -15,7 +15,7 @@ from taigym.agents import make
 from taigym.agents.base import run_episode
 from taigym.agents.cmaes import plan_task, rollout
 from taigym.agents.rh import train
-from taigym.data.cmaes_dataset import TEST_SEED, generate, load, problem
+from taigym.data.cmaes_dataset import TEST_SEED, generate, generate_onpolicy, load, problem
 from taigym.models.liquid_net import FitConfig, constant_errors, errors, fit
 from taigym.planners.cmaes import CMAESConfig, Reference, trajectory
 
@@ -172,6 +172,29 @@ def test_rh_beats_random_and_round_trips(trained):
     assert min(r["in_target"] for r in pours) > 0.6, pours
     with pytest.raises(ValueError, match="inputs"):
         make("rh", gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"), checkpoint=run / "agent.pt")
+
+
+def test_onpolicy_rollouts_aggregate_with_the_teacher_data(trained, tiny_dataset, tmp_path):
+    _, run = trained
+    out = generate_onpolicy(tmp_path / "rh1", run / "agent.pt", 2, fidelity="simplified", progress=False)
+    e = load(out)
+    assert list(e["index"]) == [0, 1] and len(e["obs"]) == len(e["labels"]) > 10
+    assert np.all(np.isfinite(e["labels"][:, :5])) and np.all(np.isnan(e["labels"][:, 5:]))
+    assert (e["labels"][:, 4] > 0).any()                 # rh poured: the outflow is labelled
+    first = (out / "problem_00000.npz").stat().st_mtime_ns
+    generate_onpolicy(out, run / "agent.pt", 2, fidelity="simplified", progress=False)
+    assert (out / "problem_00000.npz").stat().st_mtime_ns == first     # resumed, not redone
+    other = tmp_path / "other.pt"
+    other.write_bytes((run / "agent.pt").read_bytes() + b"x")
+    with pytest.raises(ValueError, match="another network"):
+        generate_onpolicy(out, other, 2, fidelity="simplified", progress=False)
+    # the prior's NaN labels stay out of the fit; every rollout state is added
+    agent = train(make_env, {"dataset": str(tiny_dataset), "problems": 8, "epochs": 20, "progress": False,
+                             "popsize": TINY["popsize"], "iterations": TINY["max_iterations"],
+                             "labels": "simplified", "onpolicy": [str(out)]}, tmp_path / "run2")
+    assert agent.meta["onpolicy_states"] == len(e["obs"])
+    assert all(np.isfinite(v) for v in agent.meta["val_errors"].values())
+    assert all(torch.isfinite(t).all() for t in agent.net.state_dict().values())
 
 
 def _pour_state(env, agent, steps: int):

@@ -5,10 +5,11 @@ Every control step (Pan & Manocha 2017, §V, Eq. 1) the agent solves
     argmin_{S(t + dt), ..., S(t + K dt)}  sum_{k=1..K} C(S(t + k dt)),   C = C_l + C_r + C_o
 
 over K = 25 steps of dt = 0.05 s (1.25 s) and applies only the first step. The network
-(:class:`taigym.models.liquid_net.LiquidNet`, trained on the CMA-ES dataset) predicts, from the
-current observation only (no liquid simulation in the loop), the outflow parabola's start p and
-jet velocity v in S's frame, the flux rho and the mean-trajectory prior's ratios
-(alpha, beta, gamma) over the horizon. The terms (k = 1..K, poses S_k = (x, y, theta)):
+(:class:`taigym.models.liquid_net.LiquidNet`, trained on the CMA-ES dataset and on rh's own
+rollouts) predicts, from the current observation only (no liquid simulation in the loop), the
+outflow parabola's start p and jet velocity v in S's frame, the flux rho and the
+mean-trajectory prior's ratios (alpha, beta, gamma) over the horizon. The terms (k = 1..K,
+poses S_k = (x, y, theta)):
 
 * C_l, pour (weight ``pour_weight``): rho_k (dist_k / W)^2, dist_k the distance from T's
   opening centre (where T is then, moving at its velocity) at which the parabola comes down
@@ -65,8 +66,11 @@ NumPy throughout (the network's forward pass too): a few milliseconds per step.
 
 Train: ``python -m taigym.apps.train agent=rh env=pour_simplified`` generates the CMA-ES
 dataset (``taigym.data.cmaes_dataset``, resumable) in the run directory (or uses
-``agent.dataset``), keeps the successful pours (R/N >= ``min_reward``), fits the network and
-saves ``agent.pt``; ``make("rh", env, checkpoint=path)`` or ``RHAgent.load(path, env)`` loads it.
+``agent.dataset``), keeps the successful pours (R/N >= ``min_reward``), adds every state of
+``rh``'s own rollouts in ``agent.onpolicy`` (``scripts/cmaes_dataset.py --onpolicy``: the
+states the planner reaches, surges included, which the teacher's pours never visit), fits the
+network and saves ``agent.pt``; ``make("rh", env, checkpoint=path)`` or
+``RHAgent.load(path, env)`` loads it.
 """
 
 from __future__ import annotations
@@ -105,8 +109,8 @@ PLANNER_RANGES = dict(horizon_steps=(1, 200, "steps"), pour_weight=(0.0, math.in
                       flow_gain=(0.0, math.inf, ""), slosh_time=(0.0, 10.0, "s"),
                       drip_weight=(0.0, math.inf, "(0: off)"), drip_margin=(0.0, math.pi / 2, "rad"))
 TRAIN_DEFAULTS = dict(dataset=None, problems=40, obs_mode="features", popsize=8, iterations=15,
-                      labels="particles", min_reward=0.0, epochs=300, lr=3e-3, batch_size=256,
-                      val_fraction=0.15, seed=0, progress=True)
+                      labels="particles", min_reward=0.0, onpolicy=None, epochs=300, lr=3e-3,
+                      batch_size=256, val_fraction=0.15, seed=0, progress=True)
 
 
 # ---------------------------------------------------------------------- the objective
@@ -435,9 +439,14 @@ def _source_points(shape, per_edge: int = 2) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the agent
-#: the network ``make("rh", env)`` loads without a checkpoint: trained by
-#: ``python -m taigym.apps.train agent=rh env=pour_simplified agent.dataset=<the CMA-ES dataset of
-#: scripts/cmaes_dataset.py --problems 160 --labels particles> agent.problems=160`` (rectangular S)
+#: the network ``make("rh", env)`` loads without a checkpoint: the CMA-ES dataset plus three
+#: rounds of rh's own rollouts on its 160 problems (data aggregation for the model; rectangular S):
+#: ``D=scripts/cmaes_dataset.py --problems 160`` (CMA-ES pours, particle labels), then for
+#: n = 1, 2, 3: ``scripts/cmaes_dataset.py --onpolicy <net n-1> --out R<n> --problems 160`` and
+#: ``python -m taigym.apps.train agent=rh env=pour_simplified agent.dataset=D agent.problems=160
+#: 'agent.onpolicy=[R1, .., R<n>]'`` -> net n; net 0 is the network shipped before (git 49aae5e,
+#: CMA-ES pours only). Validation problems, three particle jitters, both shapes: 166 of 180 runs
+#: under 5 % spill (net 0: 149; nets 1, 2: 156, 164); test: 170 of 180 (net 0: 144).
 SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "models" / "data" / "rh_liquid_net.pt"
 
 
@@ -615,8 +624,10 @@ def train(make_env, cfg: dict, run_dir: str | Path, logger=None, expert=None) ->
     ``cfg``: ``TRAIN_DEFAULTS`` (dataset directory, or None for ``run_dir/cmaes_dataset``;
     ``problems``, ``popsize``, ``iterations`` of the generator; ``labels``: the env, simplified
     or particles, in which the CMA-ES pours are replayed and recorded; ``min_reward``: keep the
-    pours whose R/N reaches it; ``epochs``, ``lr``, ``batch_size``, ``val_fraction``, ``seed`` of
-    the fit) plus the planner's options (``PLANNER_DEFAULTS``)."""
+    pours whose R/N reaches it; ``onpolicy``: directories of ``rh``'s own rollouts on the same
+    problems (``taigym.data.cmaes_dataset.generate_onpolicy``), all their states added;
+    ``epochs``, ``lr``, ``batch_size``, ``val_fraction``, ``seed`` of the fit) plus the
+    planner's options (``PLANNER_DEFAULTS``)."""
     from taigym.data.cmaes_dataset import generate, load
 
     known = set(TRAIN_DEFAULTS) | set(PLANNER_DEFAULTS) | {"checkpoint_every", "threads", "torch_threads"}
@@ -640,11 +651,20 @@ def train(make_env, cfg: dict, run_dir: str | Path, logger=None, expert=None) ->
     if not keep.any():
         raise RuntimeError(f"no CMA-ES pour in {data_dir} reached R/N >= {c['min_reward']}")
     m = keep[d["problem"]]
+    # rh's own rollouts (generate_onpolicy), every state kept: the failed ones hold the states
+    # the teacher's pours never reach; grouped by problem index with the teacher's pour of it
+    onpolicy = [c["onpolicy"]] if isinstance(c["onpolicy"], (str, Path)) else list(c["onpolicy"] or [])
+    parts = [(d["obs"][m], d["labels"][m], d["index"][d["problem"]][m])]
+    for p in onpolicy:
+        e = load(p, int(c["problems"]))
+        parts.append((e["obs"], e["labels"], e["index"][e["problem"]]))
+    obs, labels, groups = (np.concatenate(a) for a in zip(*parts))
     fc = FitConfig(epochs=int(c["epochs"]), lr=float(c["lr"]), batch_size=int(c["batch_size"]),
                    val_fraction=float(c["val_fraction"]), seed=int(c["seed"]))
-    net, report = fit(d["obs"][m], d["labels"][m], d["problem"][m], fc, progress=bool(c["progress"]))
+    net, report = fit(obs, labels, groups, fc, progress=bool(c["progress"]))
     meta = {"obs_mode": c["obs_mode"], "dataset": str(data_dir), "problems_used": int(keep.sum()),
             "problems": int(len(keep)), "states": int(m.sum()),
+            "onpolicy": [str(p) for p in onpolicy], "onpolicy_states": int(len(obs) - m.sum()),
             "val_errors": report.get("val_errors"), "val_constant_errors": report.get("val_constant_errors")}
     if logger is not None:
         flat = {f"train/val_{k}": v for k, v in (report.get("val_errors") or {}).items()}

@@ -116,9 +116,86 @@ def generate(out_dir: str | Path, problems: int = 40, *, obs_mode: str = "featur
     return out
 
 
+def generate_onpolicy(out_dir: str | Path, checkpoint: str | Path, problems: int = 160, *,
+                      seed: int = DATASET_SEED, start: int = 0, resolution: int = 128,
+                      fidelity: str = "particles", progress: bool = True) -> Path:
+    """Data aggregation for the model (DAgger's step, as in model-based RL): roll out ``rh``
+    with the network ``checkpoint`` on the dataset's problems start..start+problems-1 (rect S,
+    reset seed i like the CMA-ES replay) in the particle env (``fidelity``), and record at every
+    visited state the observation and the outflow labels p, v, rho of the step it leads to
+    (:func:`taigym.agents.cmaes.outflow_labels`, as :func:`taigym.agents.cmaes.rollout` does).
+    These label the liquid, whatever moved S, so they hold at the states ``rh`` itself reaches
+    (surges, leaning far from T) that the teacher's pours never visit. The prior's labels
+    (alpha, beta, gamma) are NaN: they are the teacher's trajectory, and ``rh``'s own (which may
+    spill) is not one to imitate; the fit leaves NaN labels out of the prior's loss.
+
+    Same layout as :func:`generate` (``reward``: the rollout's R/N; ``initial_reward`` and
+    ``planned_reward`` NaN), atomic and resumable; ``meta.json`` names the checkpoint and its
+    SHA-256, and a directory made with another network is refused."""
+    import hashlib
+
+    import gymnasium as gym
+
+    import taigym.envs  # noqa: F401  (registers Pour-v0)
+    from taigym.agents.cmaes import SPILL_REWARD, env_constants, not_in_target, outflow_labels
+    from taigym.agents.policy import atomic_write_bytes
+    from taigym.agents.rh import RHAgent
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest()
+    meta = {"problems": int(problems), "start": int(start), "obs_mode": "features", "seed": int(seed),
+            "resolution": int(resolution),
+            "source_container": "rect", "label_fidelity": fidelity, "onpolicy": "rh",
+            "checkpoint": str(checkpoint), "checkpoint_sha256": digest}
+    meta_path = out / "meta.json"
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        keys = ("start", "obs_mode", "seed", "resolution", "label_fidelity", "checkpoint_sha256")
+        if any(old.get(k) != meta[k] for k in keys):
+            raise ValueError(f"{out} holds rollouts of other options or another network ({old}); "
+                             f"use another directory")
+    atomic_write_bytes(meta_path, json.dumps(meta, indent=1).encode())
+    env = gym.make("taigym/Pour-v0", fidelity=fidelity, obs_mode="features", resolution=resolution)
+    agent = RHAgent.load(checkpoint, env)
+    dt = env_constants(env)[0]
+    todo = [i for i in range(start, start + problems) if not (out / f"problem_{i:05d}.npz").exists()]
+    t0 = time.perf_counter()
+    for n, i in enumerate(todo):
+        task = problem(i, seed)
+        obs, info = env.reset(seed=i, options={"task": task})
+        agent.reset(seed=i)
+        obs_list, out_list, earned = [], [], 0.0
+        done = False
+        while not done:
+            obs_list.append(np.asarray(obs, np.float32))
+            prev = float(info["in_source"])
+            obs, _, terminated, truncated, info = env.step(agent.act(obs, info))
+            done = terminated or truncated
+            earned += float(info["reward_target"])
+            out_list.append(outflow_labels(env, info, prev, dt))
+        labels = np.hstack([np.array(out_list), np.full((len(out_list), 3), np.nan)]).astype(np.float32)
+        reward = earned + SPILL_REWARD * not_in_target(info)
+        details = {k: float(info[k]) for k in ("in_target", "spilled", "in_source", "in_flight")}
+        details["steps"] = len(obs_list)
+        _write_npz_atomic(out / f"problem_{i:05d}.npz", obs=np.array(obs_list), labels=labels,
+                          reward=np.float64(reward), initial_reward=np.float64(np.nan),
+                          planned_reward=np.float64(np.nan), task=np.str_(task.to_json()),
+                          details=np.str_(json.dumps(details)))
+        if progress:
+            el = time.perf_counter() - t0
+            print(f"[{problems - len(todo) + n + 1}/{problems}] problem {i} ({task.liquid_velocity}): rh "
+                  f"R/N {reward:.3f}: in T {details['in_target']:.3f}, spilled {details['spilled']:.3f}, "
+                  f"{len(obs_list)} states; {el:.0f} s, eta {el / (n + 1) * (len(todo) - n - 1):.0f} s",
+                  flush=True)
+    env.close()
+    return out
+
+
 def load(path: str | Path, problems: int | None = None) -> dict:
     """The dataset's arrays: ``obs`` (N, D), ``labels`` (N, 8), ``problem`` (N,) index of each
-    state's problem, ``reward``, ``initial_reward``, ``planned_reward`` (P,) each, ``meta``."""
+    state's problem, ``reward``, ``initial_reward``, ``planned_reward`` (P,) each, ``index``
+    (P,) each problem's index i in its problem set, ``meta``."""
     path = Path(path)
     files = sorted(path.glob("problem_*.npz"))
     if problems is not None:
@@ -137,4 +214,4 @@ def load(path: str | Path, problems: int | None = None) -> dict:
     meta = json.loads((path / "meta.json").read_text()) if (path / "meta.json").exists() else {}
     return {"obs": np.concatenate(obs), "labels": np.concatenate(labels), "problem": np.concatenate(idx),
             "reward": np.array(rew), "initial_reward": np.array(rew0), "planned_reward": np.array(planned),
-            "meta": meta}
+            "index": np.array([int(f.stem.split("_")[1]) for f in files]), "meta": meta}

@@ -13,10 +13,11 @@ which holds S's and T's poses and velocities) to
   a sigmoid output layer (the paper's choice: these fit its range).
 
 Training (:func:`fit`): MSE on standardised targets; p and v only count where liquid flows
-(rho > 0: elsewhere the parabola does not exist), rho and the ratios everywhere; Adam, minibatches,
-the best epoch on a held-out part of the problems kept. Torch on the CPU, deterministic for a
-seed. :meth:`LiquidNet.numpy_predictor` gives a NumPy forward pass (tens of microseconds), which
-the receding-horizon agent calls every step.
+(rho > 0: elsewhere the parabola does not exist), rho everywhere, the ratios wherever labelled
+(NaN: none, as in the ``rh`` rollouts of ``taigym.data.cmaes_dataset.generate_onpolicy``);
+Adam, minibatches, the best epoch on a held-out part of the problems kept. Torch on the CPU,
+deterministic for a seed. :meth:`LiquidNet.numpy_predictor` gives a NumPy forward pass (tens of
+microseconds), which the receding-horizon agent calls every step.
 """
 
 from __future__ import annotations
@@ -104,8 +105,16 @@ def _loss(net: LiquidNet, x, y, flow, cfg: FitConfig) -> torch.Tensor:
     err = (z[:, :N_LINEAR] - ys) ** 2
     pv = (err[:, :4].sum(1) * flow).sum() / flow.sum().clamp(min=1.0) / 4.0
     rho = err[:, 4].mean()
-    prior = ((torch.sigmoid(z[:, N_LINEAR:]) - y[:, N_LINEAR:]) ** 2).mean()
+    known = ~torch.isnan(y[:, N_LINEAR:])             # NaN: no prior label (rh's own rollouts)
+    sq = (torch.sigmoid(z[:, N_LINEAR:]) - torch.nan_to_num(y[:, N_LINEAR:])) ** 2
+    prior = (sq * known).sum() / known.sum().clamp(min=1)
     return pv + rho + cfg.prior_weight * prior
+
+
+def _rms_known(err: np.ndarray) -> float:
+    """RMS over the labelled entries (NaN labels left out; NaN if none)."""
+    err = err[~np.isnan(err)]
+    return float(np.sqrt(np.mean(err ** 2))) if err.size else math.nan
 
 
 def errors(net: LiquidNet, obs: np.ndarray, labels: np.ndarray) -> dict:
@@ -115,7 +124,7 @@ def errors(net: LiquidNet, obs: np.ndarray, labels: np.ndarray) -> dict:
         lin, prior = net(torch.as_tensor(obs, dtype=torch.float32))
     lin, prior = lin.double().numpy(), prior.double().numpy()
     out = {"rho": float(np.sqrt(np.mean((lin[:, 4] - y[:, 4]) ** 2))),
-           "prior": float(np.sqrt(np.mean((prior - y[:, N_LINEAR:]) ** 2)))}
+           "prior": _rms_known(prior - y[:, N_LINEAR:])}
     out["outflow"] = float(np.sqrt(np.mean((lin[flow, :4] - y[flow, :4]) ** 2))) if flow.any() else 0.0
     return out
 
@@ -126,7 +135,7 @@ def constant_errors(obs: np.ndarray, labels: np.ndarray, train_labels: np.ndarra
     ty, tflow = _targets(train_labels)
     m_pv = ty[tflow, :4].mean(0) if tflow.any() else np.zeros(4)
     out = {"rho": float(np.sqrt(np.mean((ty[:, 4].mean() - y[:, 4]) ** 2))),
-           "prior": float(np.sqrt(np.mean((ty[:, N_LINEAR:].mean(0) - y[:, N_LINEAR:]) ** 2)))}
+           "prior": _rms_known(np.nanmean(ty[:, N_LINEAR:], 0) - y[:, N_LINEAR:])}
     out["outflow"] = float(np.sqrt(np.mean((m_pv - y[flow, :4]) ** 2))) if flow.any() else 0.0
     return out
 
