@@ -32,8 +32,8 @@ joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb|
 + w_p ||qdd_joints - a_posture||^2 + w_o ||omega_dot - a_orient||^2 (+ small lambda, tau)
 s.t. the dynamics M qdd = G + S^T tau + J_c^T K lambda (M from pybullet, velocity-product terms
 neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0 (pyramidal
-friction cones; grasps bounded by the grip force), |tau| <= tau_max, and clearance: a link that is
-not a support's nor the swinging limb's, within 3 cm of the scene, accelerates away from it
+friction cones; grasps bounded by the grip force), |tau| <= tau_max, and clearance: a link other
+than the limbs' (soles, forearms) within 3 cm of the scene accelerates away from it
 (n^T J qdd >= KP (1 cm - d) - KD d', soft: a slack at a high cost; the QP has no contact force
 for such a link, so pressing on the scene made the forces differ from its model). The a_* are PD
 laws towards the FSM's targets. As on position-controlled humanoids, the accelerations are
@@ -87,7 +87,7 @@ JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
 GRIP_REACH = 0.015     # m, a hand this close to a bar's surface closes its grip (the env grasps within 0.02)
 HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
-CLEAR_NEAR = 0.03      # m, links other than the support's and the swinging limb's this near the scene are kept off it
+CLEAR_NEAR = 0.03      # m, links other than the limbs' (soles, forearms) this near the scene are kept off it
 CLEAR_MIN = 0.01       # m, the distance they are driven back to
 KP_CLEAR = 100.0       # 1/s^2, gain of that distance's acceleration bound
 W_CLEAR = 1e4          # per (m/s^2)^2, penalty on violating that bound (a soft constraint: the QP stays feasible)
@@ -443,15 +443,16 @@ class StanceAgent(Agent):
                 Jrows.append(J)
                 gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))
         m = sum(g_[1].shape[1] for g_ in gens)
-        # clearance: a link the QP gives no contact force (a shin by a rung or a step, a released
-        # foot) may not accelerate into the scene: d'' >= KP (CLEAR_MIN - d) - KD d' for its
+        # clearance: a link the QP gives no contact force (a shin or thigh by a rung or a step) may
+        # not accelerate into the scene: d'' >= KP (CLEAR_MIN - d) - KD d' for its
         # points within CLEAR_NEAR (d from pybullet's closest points, d'' = n^T J qdd), a bound
-        # with a slack s >= 0 that costs W_CLEAR s^2. Eval ladders 2, 7, 19: as the body rose in
+        # with a slack s >= 0 that costs W_CLEAR s^2. Eval ladders 2 and 7: as the body rose in
         # the last swing, the stance shin pressed on the rung above its foot (40-60 N the QP did
-        # not know of), the sole on the rung tipped to two points, the body yawed and fell
-        skip = {rob.link_index[hum.LIMB_LINK[c.limb]] for c in ph["support"]}
-        if limb_task is not None:
-            skip.add(rob.link_index[hum.LIMB_LINK[limb_task[0]]])
+        # not know of), the sole on the rung tipped to two points, the body yawed and fell.
+        # The limbs' own links (soles, forearms) are left out, touching or not: they make and break
+        # contact on purpose; a released sole rests where it was till its swing lifts it (lifted
+        # at the release instead, eval slopes 8, 10 and 15 fell) and a swinging limb lands.
+        skip = {rob.link_index[hum.LIMB_LINK[limb]] for limb in hum.LIMBS}
         Jclr, b_clr = [], []
         for bid in model.scene_ids:
             for cp in p.getClosestPoints(rob.body, bid, CLEAR_NEAR, physicsClientId=model.client):
