@@ -179,3 +179,42 @@ def test_without_a_plan_the_expert_stands():
     assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
     agent.model.close()
     env.close()
+
+
+def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
+    """The QP has no contact force on a shin: a shin 5 mm from the lowest rung, the CoM asked
+    to move towards the ladder, accelerates away from the rung (n^T J qdd >= KP (1 cm - d)) instead
+    of into it (as it does with the clearance rows left out)."""
+    import pybullet as p
+    from taigym.agents import stance as sa
+    task = MultiContactTask(family="ladder", start=0.45, size=1.2)
+    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env.reset(seed=0, options={"task": task})
+    agent = StanceAgent(env)
+    agent.model, agent._task = st.StanceModel(task), task
+    rob, model = agent.model.robot, agent.model
+    shins = {rob.link_index[n] for n in ("right_shin", "left_shin")}
+
+    def nearest(x):        # the shins' closest point to the scene, standing with the soles' midpoint at x
+        hum.place_standing(rob, x=x)
+        return min((cp for b in model.scene_ids for cp in p.getClosestPoints(rob.body, b, 1.0, physicsClientId=model.client)
+                    if cp[3] in shins), key=lambda cp: cp[8])
+    lo, hi = 0.0, 1.0
+    for _ in range(40):            # bisect the stand's x until a shin is 5 mm from the scene
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if nearest(mid)[8] > 0.005 else (lo, mid)
+    cp = nearest(lo)
+    assert 0.004 < cp[8] < 0.006 and cp[1] != model.scene_ids[0]     # a rung, not the floor
+    base, quat, q = rob.get_state()[:3]
+    com, Jc = rob.com_and_jacobian()
+    feet = sorted(st.Contact(f, "floor", float(model.limb_ref(f)[0])) for f in hum.FEET)
+    ref = dict(com=com + np.array([0.05, 0.0, 0.0]), q=q, quat=quat, support=feet, soft={})
+    Jn = np.asarray(cp[7]) @ rob.jacobians(cp[3], np.asarray(cp[5])[None])[0][0]
+    bound = sa.KP_CLEAR * (sa.CLEAR_MIN - cp[8])
+    qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
+    assert Jn @ qdd > 0.9 * bound
+    monkeypatch.setattr(sa, "CLEAR_NEAR", 0.0)      # no clearance rows: the knee goes towards the rung
+    qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
+    assert Jn @ qdd < 0.0
+    agent.model.close()
+    env.close()

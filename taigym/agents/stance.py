@@ -32,8 +32,11 @@ joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb|
 + w_p ||qdd_joints - a_posture||^2 + w_o ||omega_dot - a_orient||^2 (+ small lambda, tau)
 s.t. the dynamics M qdd = G + S^T tau + J_c^T K lambda (M from pybullet, velocity-product terms
 neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0 (pyramidal
-friction cones; grasps bounded by the grip force), |tau| <= tau_max. The a_* are PD laws
-towards the FSM's targets. As on position-controlled humanoids, the accelerations are
+friction cones; grasps bounded by the grip force), |tau| <= tau_max, and clearance: a link other
+than the limbs' (soles, forearms) within 3 cm of the scene accelerates away from it
+(n^T J qdd >= KP (1 cm - d) - KD d', soft: a slack at a high cost; the QP has no contact force
+for such a link, so pressing on the scene made the forces differ from its model). The a_* are PD
+laws towards the FSM's targets. As on position-controlled humanoids, the accelerations are
 integrated over the control step into the joint position targets of the env's PD servos
 (``control="pd"``); with ``control="torque"`` the QP's torques are sent instead. A control step
 whose QP fails falls back to the posture target (PD) or repeats the last solved torques.
@@ -84,6 +87,10 @@ JOINT_SPEED = 0.5      # rad/s, mean speed of the posture reference
 LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its path
 GRIP_REACH = 0.015     # m, a hand this close to a bar's surface closes its grip (the env grasps within 0.02)
 HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
+CLEAR_NEAR = 0.03      # m, links other than the limbs' (soles, forearms) this near the scene are kept off it
+CLEAR_MIN = 0.01       # m, the distance they are driven back to
+KP_CLEAR = 100.0       # 1/s^2, gain of that distance's acceleration bound
+W_CLEAR = 1e4          # per (m/s^2)^2, penalty on violating that bound (a soft constraint: the QP stays feasible)
 
 
 def _kd(kp: float) -> float:
@@ -436,7 +443,26 @@ class StanceAgent(Agent):
                 Jrows.append(J)
                 gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))
         m = sum(g_[1].shape[1] for g_ in gens)
-        nx = n + m + 21
+        # clearance: a link the QP gives no contact force (a shin or thigh by a rung or a step) may
+        # not accelerate into the scene: d'' >= KP (CLEAR_MIN - d) - KD d' for its
+        # points within CLEAR_NEAR (d from pybullet's closest points, d'' = n^T J qdd), a bound
+        # with a slack s >= 0 that costs W_CLEAR s^2. Eval ladders 2 and 7: as the body rose in
+        # the last swing, the stance shin pressed on the rung above its foot (40-60 N the QP did
+        # not know of), the sole on the rung tipped to two points, the body yawed and fell.
+        # The limbs' own links (soles, forearms) are left out, touching or not: they make and break
+        # contact on purpose; a released sole rests where it was till its swing lifts it (lifted
+        # at the release instead, eval slopes 8, 10 and 15 fell) and a swinging limb lands.
+        skip = {rob.link_index[hum.LIMB_LINK[limb]] for limb in hum.LIMBS}
+        Jclr, b_clr = [], []
+        for bid in model.scene_ids:
+            for cp in p.getClosestPoints(rob.body, bid, CLEAR_NEAR, physicsClientId=model.client):
+                if cp[3] in skip or cp[3] < 0:
+                    continue
+                Jn = np.asarray(cp[7]) @ rob.jacobians(cp[3], np.asarray(cp[5])[None])[0][0]
+                Jclr.append(Jn)
+                b_clr.append(KP_CLEAR * (CLEAR_MIN - cp[8]) - _kd(KP_CLEAR) * float(Jn @ nu))
+        k = len(Jclr)
+        nx = n + m + 21 + k
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))
         # objective
         H = np.zeros((nx, nx))
@@ -468,7 +494,8 @@ class StanceAgent(Agent):
         Jo[:, 3:6] = np.eye(3)
         task(Jo, KP_ORI * e_ori - _kd(KP_ORI) * nu[3:6], 10.0)
         H[n:n + m, n:n + m] += 1e-4 * np.eye(m)   # small forces: no needless internal forces
-        H[n + m:, n + m:] += 1e-4 * np.diag(1.0 / hum.TORQUE_LIMITS ** 2)
+        H[n + m:n + m + 21, n + m:n + m + 21] += 1e-4 * np.diag(1.0 / hum.TORQUE_LIMITS ** 2)
+        H[n + m + 21:, n + m + 21:] += W_CLEAR * np.eye(k)
         H[:n, :n] += 1e-6 * np.eye(n)
         # constraints: dynamics, contacts, lambda >= 0, torque limits
         Bf = np.zeros((n, m))
@@ -483,13 +510,15 @@ class StanceAgent(Agent):
             col += K.shape[1]
         S = np.zeros((n, 21))
         S[6:, :] = np.eye(21)
-        A_dyn = np.hstack([M, -Bf, -S])
-        A_con = np.hstack([Jcon, np.zeros((len(Jcon), m + 21))])
+        A_dyn = np.hstack([M, -Bf, -S, np.zeros((n, k))])
+        A_con = np.hstack([Jcon, np.zeros((len(Jcon), m + 21 + k))])
         A_box = np.eye(nx)[n:]
-        A = np.vstack([A_dyn, A_con, A_box, np.r_[np.zeros(n), press, np.zeros(21)][None]])
+        A_clr = np.hstack([np.reshape(Jclr, (k, n)), np.zeros((k, m + 21)), np.eye(k)])
+        A = np.vstack([A_dyn, A_con, A_box, np.r_[np.zeros(n), press, np.zeros(21 + k)][None], A_clr])
         b_con = -DAMP_CONTACT * (Jcon @ nu)
-        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS, HAND_PRESS if press.any() else 0.0]
-        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS, np.inf]
+        lo = np.r_[G, b_con, np.zeros(m), -hum.TORQUE_LIMITS, np.zeros(k), HAND_PRESS if press.any() else 0.0,
+                   b_clr]
+        hi = np.r_[G, b_con, np.array(hi_l), hum.TORQUE_LIMITS, np.full(k, np.inf), np.inf, np.full(k, np.inf)]
         scale = 1.0 / max(np.abs(np.diag(H)).max(), 1e-9)
         solver = osqp.OSQP(algebra="builtin")
         solver.setup(sparse.csc_matrix(H * scale), g * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
@@ -500,7 +529,7 @@ class StanceAgent(Agent):
             # no acceleration found that meets the contacts within the torque limits: the
             # caller falls back to the posture target (PD) or the last solved torques
             return None
-        self._tau = res.x[n + m:]
+        self._tau = res.x[n + m:n + m + 21]
         self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb
         for _, K, _, _, limb in gens:
             self.qp_forces[limb] = self.qp_forces.get(limb, 0.0) + K @ res.x[col:col + K.shape[1]]
