@@ -19,11 +19,13 @@ setup: $(BIN)/activate
 demo: setup          ## the main job: benchmark table, plot and video under out/demo
 	$(BIN)/python -m taigym.apps.demo --out out/demo
 
+# One pytest worker per core, a test file per worker at a time (module fixtures built once):
+# most of a test's time is one core compiling or stepping a Taichi solver.
 test: setup          ## fast tests (CI)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-slow: setup     ## long physics validation checks
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
 
 bench: setup         ## speed figures (prints one JSON line at the end)
 	$(BIN)/python scripts/bench_sim.py
