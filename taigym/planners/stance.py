@@ -160,11 +160,22 @@ class StanceModel:
         if task.family == "ladder":
             a = task.size
             self.ladder_planes.append((np.array([task.start, 0.0, 0.0]), np.array([-math.sin(a), 0.0, math.cos(a)])))
+        # contact -> (point, rotation): target() is a pure function of the contact, asked for
+        # every contact in every SQP iteration (its scipy rotation cost ~0.1 ms a call)
+        self._targets: dict[Contact, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._chains: dict[int, np.ndarray] = {}
+        self._joint_ids = [int(j) for j in self.robot.joints]
 
     def hand_clearance(self) -> float:
         """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
         return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
                    default=math.inf)
+
+    def chain(self, link: int) -> np.ndarray:
+        """Indices into hum.JOINTS of the joints between the base and ``link`` (cached)."""
+        if link not in self._chains:
+            self._chains[link] = np.array(self.robot._chain(link), dtype=int)
+        return self._chains[link]
 
     def close(self) -> None:
         try:
@@ -175,7 +186,14 @@ class StanceModel:
     # ------------------------------------------------------------------ contact geometry
     def target(self, c: Contact) -> tuple[np.ndarray, np.ndarray | None]:
         """World target of the limb's reference point (sole centre / hand centre) and, for
-        soles, the target rotation of the foot frame (x along the surface, z its normal)."""
+        soles, the target rotation of the foot frame (x along the surface, z its normal).
+        Fresh arrays (callers may keep or modify them) copied from a per-contact cache."""
+        if c not in self._targets:
+            self._targets[c] = self._target(c)
+        pt, R = self._targets[c]
+        return pt.copy(), (None if R is None else R.copy())
+
+    def _target(self, c: Contact) -> tuple[np.ndarray, np.ndarray | None]:
         s = self.surfaces[c.surface]
         pt = s.point(c.u)
         n, t = np.asarray(s.normal, float), np.asarray(s.t, float)
@@ -216,7 +234,15 @@ class StanceModel:
 
     # ------------------------------------------------------------------ state
     def set(self, x) -> None:
-        self.robot.set_state(x[0], x[1], x[2])
+        """Set the configuration x = (base position, base quaternion xyzw, joint angles) at rest:
+        the state :meth:`hum.Robot.set_state` sets, with one pybullet call for all joints instead
+        of one per joint (0.05 ms instead of 0.15 ms; the IK sets a configuration per iteration)."""
+        rob = self.robot
+        p.resetBasePositionAndOrientation(rob.body, list(map(float, x[0])), list(map(float, x[1])),
+                                          physicsClientId=self.client)
+        p.resetBaseVelocity(rob.body, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=self.client)
+        p.resetJointStatesMultiDof(rob.body, self._joint_ids, [[float(a)] for a in x[2]],
+                                   [[0.0]] * len(self._joint_ids), physicsClientId=self.client)
 
     def collides(self, touching) -> bool:
         """True if a link other than the touching limbs' penetrates the scene."""
@@ -228,6 +254,94 @@ class StanceModel:
                         print("collision", cp[3], cp[8], np.round(cp[5], 3))
                     return True
         return False
+
+
+class _Kinematics:
+    """Forward kinematics of the model's current configuration, read from pybullet once (every
+    link's frame, the joints' world axes and origins), with the contact points, frames and
+    Jacobians of :class:`hum.Robot` computed from them. An SQP iteration asks for several
+    Jacobians of one configuration (contacts, CoM, collision rows, ladder planes); the Robot's
+    methods query pybullet and rotate the joint axes anew for each (0.25-0.45 ms a call). The
+    numbers are the Robot's bit for bit: the same operations on the same values (pybullet's
+    link states do not depend on which links are asked for, and scipy rotates each row of a
+    stack on its own; tests/test_stance_planner.py checks the equality). Valid until the
+    model's configuration changes: make one right after :meth:`StanceModel.set`."""
+
+    def __init__(self, model: StanceModel):
+        self.model = model
+        rob = model.robot
+        self.base, _, self.states = rob._links()
+        idx = rob.joints.astype(int)
+        self.origins = np.array([self.states[j][4] for j in idx])       # (21, 3), m
+        self.axes = Rotation.from_quat(np.array([self.states[j][5] for j in idx])).apply(np.asarray(rob._axes))
+
+    def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`hum.Robot.limb_frame`."""
+        st = self.states[self.model.robot.link_index[hum.LIMB_LINK[limb]]]
+        return np.asarray(st[4]), np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
+
+    def limb_ref(self, limb: str) -> np.ndarray:
+        """As :meth:`StanceModel.limb_ref`."""
+        o, R = self.limb_frame(limb)
+        if limb in hum.FEET:
+            return o + R @ self.model.sole_local[limb]
+        return (o + np.asarray(hum.LIMB_POINTS[limb]) @ R.T)[0]
+
+    def jacobians(self, link: int, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`hum.Robot.jacobians`: linear (k, 3, 27) of the points, angular (3, 27)."""
+        chain = self.model.chain(link)
+        if len(chain) == 1:
+            # scipy rotates a lone vector by another formula than a stack (the last bit differs
+            # from our stacked axes): the Robot's own computation, on the states read once
+            return self.model.robot.jacobians(link, points, states=self.states)
+        points = np.atleast_2d(points)
+        Jl = np.zeros((len(points), 3, 6 + hum.N_JOINTS))
+        Ja = np.zeros((3, 6 + hum.N_JOINTS))
+        Jl[:, :, :3] = _EYE3
+        Jl[:, :, 3:6] = _minus_skew(points - np.asarray(self.base))
+        Ja[:, 3:6] = _EYE3
+        if len(chain):
+            axes = self.axes[chain]
+            Jl[:, :, 6 + chain] = _cross(axes[None, :, :], points[:, None, :] - self.origins[chain][None, :, :]
+                                         ).transpose(0, 2, 1)
+            Ja[:, 6 + chain] = axes.T
+        return Jl, Ja
+
+    def com_and_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
+        """As :meth:`hum.Robot.com_and_jacobian`: CoM (3,) and its Jacobian (3, 27)."""
+        rob = self.model.robot
+        coms = np.array([self.base] + [s[0] for s in self.states])
+        mc = rob.masses[:, None] * coms
+        com = mc.sum(axis=0) / rob.total_mass
+        J = np.zeros((3, 6 + hum.N_JOINTS))
+        J[:, :3] = _EYE3
+        J[:, 3:6] = _minus_skew((com - np.asarray(self.base))[None])[0]
+        mx = np.array([mc[d].sum(axis=0) for d in rob._descendants]) - rob._desc_mass[:, None] * self.origins
+        J[:, 6:] = _cross(self.axes, mx).T / rob.total_mass
+        return com, J
+
+
+_EYE3 = np.eye(3)
+
+
+def _minus_skew(r: np.ndarray) -> np.ndarray:
+    """(k, 3, 3) matrices -[r]x for rows r: -hum._skew(r) bit for bit (its zeros become -0.0),
+    without its stacking of small arrays (a third of a Jacobian's cost)."""
+    out = np.full((len(r), 3, 3), -0.0)
+    out[:, 0, 1], out[:, 0, 2] = r[:, 2], -r[:, 1]
+    out[:, 1, 0], out[:, 1, 2] = -r[:, 2], r[:, 0]
+    out[:, 2, 0], out[:, 2, 1] = r[:, 1], -r[:, 0]
+    return out
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a x b over the last axis (broadcast): hum._cross's arithmetic, without its stacking."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    out = np.empty(shape)
+    out[..., 0] = a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1]
+    out[..., 1] = a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2]
+    out[..., 2] = a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+    return out
 
 
 #: a grasp's force on the hand: any direction but down (columns +x, +y, +z, -x, -y). A bar that
@@ -245,13 +359,24 @@ def _cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
     return np.column_stack([n + mu * t1, n - mu * t1, n + mu * t2, n - mu * t2])
 
 
+def _csc(M: np.ndarray) -> sparse.csc_matrix:
+    """The nonzeros of the dense matrix M in CSC form, stored as ``sparse.csc_matrix(M)`` stores
+    them (by column, rows ascending), built directly: scipy's generic dense conversion cost
+    about as much as OSQP's solve of these small QPs."""
+    cols, rows = np.nonzero(M.T)          # column-major order
+    indptr = np.zeros(M.shape[1] + 1, dtype=np.int32)
+    np.cumsum(np.bincount(cols, minlength=M.shape[1]), out=indptr[1:])
+    return sparse.csc_matrix((M.T[cols, rows], rows.astype(np.int32), indptr), shape=M.shape)
+
+
 def _qp(P, q, A, lo, hi, *, approximate: bool = False):
     """min 1/2 x'Px + q'x s.t. lo <= Ax <= hi with OSQP; None if not solved. ``approximate``
     accepts an iterate that hit the iteration limit if it meets the constraints to 1e-4 (an SQP
     step need not be exact: the next iteration corrects it)."""
     scale = 1.0 / max(float(np.abs(np.diag(P)).max()), 1e-12)
     solver = osqp.OSQP(algebra="builtin")   # naming it skips a per-call backend search (~1 ms)
-    solver.setup(sparse.csc_matrix(P * scale), q * scale, sparse.csc_matrix(A), lo, hi, verbose=False,
+    # P's upper triangle (all OSQP reads; given the full P it extracts it, again a slow scipy path)
+    solver.setup(_csc(np.triu(P * scale)), q * scale, _csc(A), lo, hi, verbose=False,
                  eps_abs=1e-7, eps_rel=1e-7, max_iter=4000, polishing=True)
     res = solver.solve(raise_error=False)
     if res.info.status in ("solved", "solved inaccurate"):
@@ -534,6 +659,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     trust, prev, step = TRUST, math.inf, TRUST
     for it in range(iters):
         model.set((base, quat, q))
+        kin = _Kinematics(model)
         H = np.zeros((nv, nv))
         g = np.zeros(nv)
         err_max = 0.0
@@ -542,8 +668,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         targets = [(c.limb, *model.target(c)) for c in contacts] + ([(*lift, None)] if lift is not None else [])
         for limb, tgt, Rt in targets:
             link = rob.link_index[hum.LIMB_LINK[limb]]
-            cur = model.limb_ref(limb)
-            Jl, Ja = rob.jacobians(link, cur[None])
+            cur = kin.limb_ref(limb)
+            Jl, Ja = kin.jacobians(link, cur[None])
             J = np.zeros((3, nv))
             J[:, :27] = Jl[0]
             e = tgt - cur
@@ -554,7 +680,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
             H += W_CONTACT * J.T @ J
             g -= W_CONTACT * J.T @ e
             if Rt is not None:
-                _, Rc = rob.limb_frame(limb)
+                _, Rc = kin.limb_frame(limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 err_max = max(err_max, 0.1 * np.abs(er).max())
                 merit += 0.1 * W_CONTACT * er @ er
@@ -562,7 +688,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
                 Jr[:, :27] = Ja
                 H += 0.1 * W_CONTACT * Jr.T @ Jr
                 g -= 0.1 * W_CONTACT * Jr.T @ er
-        com, Jc = rob.com_and_jacobian()
+        com, Jc = kin.com_and_jacobian()
         Jc2 = np.zeros((2, nv))
         Jc2[:, :27] = Jc[:2]
         ec = com_xy - com[:2]
@@ -583,23 +709,25 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         if err_max < POS_TOL and max(step, trust) <= 2e-3:
             break        # contacts met and the steps (or their bound) vanish: converged
         H += 1e-3 * np.eye(nv)
-        lo = np.r_[np.full(6, -trust), np.maximum(rob.lower - q, -trust)]
-        hi = np.r_[np.full(6, trust), np.minimum(rob.upper - q, trust)]
+        # (np.concatenate rather than np.r_, whose index parsing costs ~10 us a call)
+        lo = np.concatenate([np.full(6, -trust), np.maximum(rob.lower - q, -trust)])
+        hi = np.concatenate([np.full(6, trust), np.minimum(rob.upper - q, trust)])
         if free is not None:
-            lo = np.r_[lo, max(u_bounds[0] - u, -trust)]
-            hi = np.r_[hi, min(u_bounds[1] - u, trust)]
+            lo = np.concatenate([lo, [max(u_bounds[0] - u, -trust)]])
+            hi = np.concatenate([hi, [min(u_bounds[1] - u, trust)]])
         # no collision: links near the scene may not approach it further (linearised distance)
-        A_rows, a_lo = _collision_rows(model, contacts, nv)
+        A_rows, a_lo = _collision_rows(model, contacts, nv, kin)
         for o, nrm in model.ladder_planes:
             for h, clearance in _plane_limbs(contacts):
-                x_h = model.limb_ref(h)
-                Jh, _ = rob.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
+                x_h = kin.limb_ref(h)
+                Jh, _ = kin.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
                 r = np.zeros(nv)
                 r[:27] = nrm @ Jh[0]
                 A_rows.append(r[None])
                 a_lo.append(clearance - float((x_h - o) @ nrm))
         A = np.vstack([np.eye(nv)] + A_rows) if A_rows else np.eye(nv)
-        dx = _qp(H, g, A, np.r_[lo, a_lo], np.r_[hi, np.full(len(a_lo), np.inf)], approximate=True)
+        dx = _qp(H, g, A, np.concatenate([lo, a_lo]), np.concatenate([hi, np.full(len(a_lo), np.inf)]),
+                 approximate=True)
         if dx is None:
             return "sqp subproblem"
         base = base + dx[:3]
@@ -654,17 +782,18 @@ def _polish(model: StanceModel, x, contacts, iters: int = 8):
     base, quat, q = x
     for _ in range(iters):
         model.set((base, quat, q))
+        kin = _Kinematics(model)
         rows, errs, worst = [], [], 0.0
         for c in contacts:
             link = rob.link_index[hum.LIMB_LINK[c.limb]]
             tgt, Rt = model.target(c)
-            cur = model.limb_ref(c.limb)
-            Jl, Ja = rob.jacobians(link, cur[None])
+            cur = kin.limb_ref(c.limb)
+            Jl, Ja = kin.jacobians(link, cur[None])
             rows.append(Jl[0])
             errs.append(tgt - cur)
             worst = max(worst, float(np.linalg.norm(tgt - cur)))
             if Rt is not None:
-                _, Rc = rob.limb_frame(c.limb)
+                _, Rc = kin.limb_frame(c.limb)
                 er = Rotation.from_matrix(Rt @ Rc.T).as_rotvec()
                 rows.append(Ja)
                 errs.append(er)
@@ -672,10 +801,10 @@ def _polish(model: StanceModel, x, contacts, iters: int = 8):
         if worst < POS_TOL / 4:
             break
         J, e = np.vstack(rows), np.concatenate(errs)
-        lo = np.r_[np.full(6, -TRUST), rob.lower - q]
-        hi = np.r_[np.full(6, TRUST), rob.upper - q]
+        lo = np.concatenate([np.full(6, -TRUST), rob.lower - q])
+        hi = np.concatenate([np.full(6, TRUST), rob.upper - q])
         A = np.vstack([J, np.eye(27)])
-        dx = _qp(np.eye(27), np.zeros(27), A, np.r_[e, lo], np.r_[e, hi], approximate=True)
+        dx = _qp(np.eye(27), np.zeros(27), A, np.concatenate([e, lo]), np.concatenate([e, hi]), approximate=True)
         if dx is None:
             break
         base = base + dx[:3]
@@ -685,9 +814,9 @@ def _polish(model: StanceModel, x, contacts, iters: int = 8):
     return base, quat, q
 
 
-def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06):
+def _collision_rows(model: StanceModel, contacts, nv: int, kin: _Kinematics, margin: float = 0.06):
     """Rows n^T J dx >= 0.005 - d for every robot point within ``margin`` of the scene, links of
-    the contacting limbs excepted (they touch on purpose)."""
+    the contacting limbs excepted (they touch on purpose); ``kin``: the model's configuration."""
     rob = model.robot
     skip = {rob.link_index[hum.LIMB_LINK[c.limb]] for c in contacts}
     rows, lo = [], []
@@ -695,7 +824,7 @@ def _collision_rows(model: StanceModel, contacts, nv: int, margin: float = 0.06)
         for cp in p.getClosestPoints(rob.body, bid, margin, physicsClientId=model.client):
             if cp[3] in skip:
                 continue
-            Jl, _ = rob.jacobians(cp[3], np.asarray(cp[5])[None])
+            Jl, _ = kin.jacobians(cp[3], np.asarray(cp[5])[None])
             r = np.zeros(nv)
             r[:27] = np.asarray(cp[7]) @ Jl[0]      # normal on the scene, pointing to the robot
             rows.append(r[None])
