@@ -2,7 +2,7 @@
 on ``taigym/MultiContact-v0`` eval tasks: per-family success (goal reached without a fall) and
 planning time, and a video of the first successful climb.
 
-    python scripts/stance_expert.py [--per-family N] [--video out.mp4] [--check] [--max-nodes N]
+    python scripts/stance_expert.py [--per-family N] [--first I] [--video out.mp4] [--check] [--max-nodes N]
 
 ``--check`` also verifies every stance of each plan with ``taigym.planners.stance.check_step``
 (the planner's must-show figure, "found and checked", from the same plans). Each task's line gives
@@ -33,6 +33,8 @@ from taigym.planners.stance import check_step
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-family", type=int, default=25, help="eval tasks per family (25 = all 100)")
+    ap.add_argument("--first", type=int, default=0,
+                    help="index of each family's first task (split a run over processes)")
     ap.add_argument("--time-limit", type=float, default=60.0, help="planning budget per task, s")
     ap.add_argument("--max-nodes", type=int, default=400, help="planning budget per task, expanded stances")
     ap.add_argument("--video", default="stance_climb.mp4", help="where to write the climb video")
@@ -45,7 +47,9 @@ def main() -> None:
     tasks = taigym.envs.tasks("multicontact", "eval")
     rows, video_written = [], False
     for fam in args.families.split(","):
-        for i, task in enumerate([t for t in tasks if t.family == fam][:args.per_family]):
+        family_tasks = [t for t in tasks if t.family == fam]
+        for i in range(args.first, min(args.first + args.per_family, len(family_tasks))):
+            task = family_tasks[i]
             t0 = time.perf_counter()
             obs, info = env.reset(seed=i, options={"task": task})
             agent.reset(seed=i)
