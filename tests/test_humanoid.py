@@ -46,6 +46,45 @@ def test_jacobians_match_finite_differences(robot):
         assert np.allclose((robot.com_and_jacobian()[0] - c0) / h, Jc[:, k], atol=1e-3)
 
 
+def _plain_jacobians(robot, link, points):
+    """Reference: the chain's link states asked of pybullet, their axes rotated together."""
+    chain = [int(k) for k in robot.chain(link)]
+    base = np.asarray(p.getBasePositionAndOrientation(robot.body, physicsClientId=robot.client)[0])
+    Jl, Ja = np.zeros((len(points), 3, 27)), np.zeros((3, 27))
+    Jl[:, :, :3], Jl[:, :, 3:6], Ja[:, 3:6] = np.eye(3), -hum._skew(points - base), np.eye(3)
+    if chain:
+        sts = p.getLinkStates(robot.body, [int(robot.joints[k]) for k in chain], computeForwardKinematics=True,
+                              physicsClientId=robot.client)
+        axes = Rotation.from_quat([s[5] for s in sts]).apply(np.asarray(robot._axes)[chain])
+        cols = hum._cross(axes[None], points[:, None] - np.array([s[4] for s in sts])[None])
+        Jl[:, :, 6 + np.array(chain)], Ja[:, 6 + np.array(chain)] = cols.transpose(0, 2, 1), axes.T
+    return Jl, Ja
+
+
+def test_kinematics_read_once_equal_the_plain_computation_bit_for_bit(robot):
+    """Kinematics (every link read from pybullet once, all joint axes rotated as one stack) gives
+    exactly the numbers of asking pybullet per link, signs of zeros included, and set_state's
+    one call for all joints the state of one call per joint: the stance search's outcomes hinge
+    on the last bit of the IK's results."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        quat = rng.normal(size=4)
+        x = (rng.normal(size=3), quat / np.linalg.norm(quat), rng.uniform(robot.lower, robot.upper))
+        for j, a in zip(robot.joints, x[2]):
+            p.resetJointState(robot.body, int(j), float(a), 0.0, physicsClientId=robot.client)
+        p.resetBasePositionAndOrientation(robot.body, list(x[0]), list(x[1]), physicsClientId=robot.client)
+        before = robot._links()
+        robot.set_state(*x)
+        assert robot._links() == before
+        kin = robot.kinematics()
+        for limb in hum.LIMBS:
+            assert all(np.array_equal(a, b) for a, b in zip(kin.limb_frame(limb), robot.limb_frame(limb)))
+        for link in range(-1, len(robot.parent)):
+            pts = rng.normal(size=(2, 3))
+            for a, b in zip(kin.jacobians(link, pts), _plain_jacobians(robot, link, pts)):
+                assert np.array_equal(a, b) and np.array_equal(np.signbit(a), np.signbit(b)), link
+
+
 def test_mass_matrix_predicts_the_simulated_acceleration(robot):
     """A torque on the (2, 1, 1)-axis shoulder accelerates it as M^-1 tau (normalised axes)."""
     c = robot.client

@@ -163,19 +163,11 @@ class StanceModel:
         # contact -> (point, rotation): target() is a pure function of the contact, asked for
         # every contact in every SQP iteration (its scipy rotation cost ~0.1 ms a call)
         self._targets: dict[Contact, tuple[np.ndarray, np.ndarray | None]] = {}
-        self._chains: dict[int, np.ndarray] = {}
-        self._joint_ids = [int(j) for j in self.robot.joints]
 
     def hand_clearance(self) -> float:
         """Least signed distance (m) of a hand centre from the planes of :attr:`ladder_planes`."""
         return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
                    default=math.inf)
-
-    def chain(self, link: int) -> np.ndarray:
-        """Indices into hum.JOINTS of the joints between the base and ``link`` (cached)."""
-        if link not in self._chains:
-            self._chains[link] = np.array(self.robot._chain(link), dtype=int)
-        return self._chains[link]
 
     def close(self) -> None:
         try:
@@ -225,24 +217,18 @@ class StanceModel:
             return [(pt, "grasp", n, s.mu)]
         return [(pt, "cone", n, s.mu)]
 
-    def limb_ref(self, limb: str) -> np.ndarray:
-        """Current world position of the limb's reference point."""
+    def limb_ref(self, limb: str, kin: hum.Kinematics | None = None) -> np.ndarray:
+        """Current world position of the limb's reference point (``kin``: the current
+        configuration's kinematics, if already read)."""
+        o, R = (kin or self.robot).limb_frame(limb)
         if limb in hum.FEET:
-            o, R = self.robot.limb_frame(limb)
             return o + R @ self.sole_local[limb]
-        return self.robot.limb_points(limb)[0]
+        return (o + np.asarray(hum.LIMB_POINTS[limb]) @ R.T)[0]
 
     # ------------------------------------------------------------------ state
     def set(self, x) -> None:
-        """Set the configuration x = (base position, base quaternion xyzw, joint angles) at rest:
-        the state :meth:`hum.Robot.set_state` sets, with one pybullet call for all joints instead
-        of one per joint (0.05 ms instead of 0.15 ms; the IK sets a configuration per iteration)."""
-        rob = self.robot
-        p.resetBasePositionAndOrientation(rob.body, list(map(float, x[0])), list(map(float, x[1])),
-                                          physicsClientId=self.client)
-        p.resetBaseVelocity(rob.body, [0.0, 0.0, 0.0], [0.0, 0.0, 0.0], physicsClientId=self.client)
-        p.resetJointStatesMultiDof(rob.body, self._joint_ids, [[float(a)] for a in x[2]],
-                                   [[0.0]] * len(self._joint_ids), physicsClientId=self.client)
+        """Set the configuration x = (base position, base quaternion xyzw, joint angles) at rest."""
+        self.robot.set_state(x[0], x[1], x[2])
 
     def collides(self, touching) -> bool:
         """True if a link other than the touching limbs' penetrates the scene."""
@@ -254,94 +240,6 @@ class StanceModel:
                         print("collision", cp[3], cp[8], np.round(cp[5], 3))
                     return True
         return False
-
-
-class _Kinematics:
-    """Forward kinematics of the model's current configuration, read from pybullet once (every
-    link's frame, the joints' world axes and origins), with the contact points, frames and
-    Jacobians of :class:`hum.Robot` computed from them. An SQP iteration asks for several
-    Jacobians of one configuration (contacts, CoM, collision rows, ladder planes); the Robot's
-    methods query pybullet and rotate the joint axes anew for each (0.25-0.45 ms a call). The
-    numbers are the Robot's bit for bit: the same operations on the same values (pybullet's
-    link states do not depend on which links are asked for, and scipy rotates each row of a
-    stack on its own; tests/test_stance_planner.py checks the equality). Valid until the
-    model's configuration changes: make one right after :meth:`StanceModel.set`."""
-
-    def __init__(self, model: StanceModel):
-        self.model = model
-        rob = model.robot
-        self.base, _, self.states = rob._links()
-        idx = rob.joints.astype(int)
-        self.origins = np.array([self.states[j][4] for j in idx])       # (21, 3), m
-        self.axes = Rotation.from_quat(np.array([self.states[j][5] for j in idx])).apply(np.asarray(rob._axes))
-
-    def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
-        """As :meth:`hum.Robot.limb_frame`."""
-        st = self.states[self.model.robot.link_index[hum.LIMB_LINK[limb]]]
-        return np.asarray(st[4]), np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
-
-    def limb_ref(self, limb: str) -> np.ndarray:
-        """As :meth:`StanceModel.limb_ref`."""
-        o, R = self.limb_frame(limb)
-        if limb in hum.FEET:
-            return o + R @ self.model.sole_local[limb]
-        return (o + np.asarray(hum.LIMB_POINTS[limb]) @ R.T)[0]
-
-    def jacobians(self, link: int, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """As :meth:`hum.Robot.jacobians`: linear (k, 3, 27) of the points, angular (3, 27)."""
-        chain = self.model.chain(link)
-        if len(chain) == 1:
-            # scipy rotates a lone vector by another formula than a stack (the last bit differs
-            # from our stacked axes): the Robot's own computation, on the states read once
-            return self.model.robot.jacobians(link, points, states=self.states)
-        points = np.atleast_2d(points)
-        Jl = np.zeros((len(points), 3, 6 + hum.N_JOINTS))
-        Ja = np.zeros((3, 6 + hum.N_JOINTS))
-        Jl[:, :, :3] = _EYE3
-        Jl[:, :, 3:6] = _minus_skew(points - np.asarray(self.base))
-        Ja[:, 3:6] = _EYE3
-        if len(chain):
-            axes = self.axes[chain]
-            Jl[:, :, 6 + chain] = _cross(axes[None, :, :], points[:, None, :] - self.origins[chain][None, :, :]
-                                         ).transpose(0, 2, 1)
-            Ja[:, 6 + chain] = axes.T
-        return Jl, Ja
-
-    def com_and_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
-        """As :meth:`hum.Robot.com_and_jacobian`: CoM (3,) and its Jacobian (3, 27)."""
-        rob = self.model.robot
-        coms = np.array([self.base] + [s[0] for s in self.states])
-        mc = rob.masses[:, None] * coms
-        com = mc.sum(axis=0) / rob.total_mass
-        J = np.zeros((3, 6 + hum.N_JOINTS))
-        J[:, :3] = _EYE3
-        J[:, 3:6] = _minus_skew((com - np.asarray(self.base))[None])[0]
-        mx = np.array([mc[d].sum(axis=0) for d in rob._descendants]) - rob._desc_mass[:, None] * self.origins
-        J[:, 6:] = _cross(self.axes, mx).T / rob.total_mass
-        return com, J
-
-
-_EYE3 = np.eye(3)
-
-
-def _minus_skew(r: np.ndarray) -> np.ndarray:
-    """(k, 3, 3) matrices -[r]x for rows r: -hum._skew(r) bit for bit (its zeros become -0.0),
-    without its stacking of small arrays (a third of a Jacobian's cost)."""
-    out = np.full((len(r), 3, 3), -0.0)
-    out[:, 0, 1], out[:, 0, 2] = r[:, 2], -r[:, 1]
-    out[:, 1, 0], out[:, 1, 2] = -r[:, 2], r[:, 0]
-    out[:, 2, 0], out[:, 2, 1] = r[:, 1], -r[:, 0]
-    return out
-
-
-def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a x b over the last axis (broadcast): hum._cross's arithmetic, without its stacking."""
-    shape = np.broadcast_shapes(a.shape, b.shape)
-    out = np.empty(shape)
-    out[..., 0] = a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1]
-    out[..., 1] = a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2]
-    out[..., 2] = a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
-    return out
 
 
 #: a grasp's force on the hand: any direction but down (columns +x, +y, +z, -x, -y). A bar that
@@ -659,7 +557,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
     trust, prev, step = TRUST, math.inf, TRUST
     for it in range(iters):
         model.set((base, quat, q))
-        kin = _Kinematics(model)
+        kin = rob.kinematics()
         H = np.zeros((nv, nv))
         g = np.zeros(nv)
         err_max = 0.0
@@ -668,7 +566,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         targets = [(c.limb, *model.target(c)) for c in contacts] + ([(*lift, None)] if lift is not None else [])
         for limb, tgt, Rt in targets:
             link = rob.link_index[hum.LIMB_LINK[limb]]
-            cur = kin.limb_ref(limb)
+            cur = model.limb_ref(limb, kin)
             Jl, Ja = kin.jacobians(link, cur[None])
             J = np.zeros((3, nv))
             J[:, :27] = Jl[0]
@@ -719,7 +617,7 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         A_rows, a_lo = _collision_rows(model, contacts, nv, kin)
         for o, nrm in model.ladder_planes:
             for h, clearance in _plane_limbs(contacts):
-                x_h = kin.limb_ref(h)
+                x_h = model.limb_ref(h, kin)
                 Jh, _ = kin.jacobians(rob.link_index[hum.LIMB_LINK[h]], x_h[None])
                 r = np.zeros(nv)
                 r[:27] = nrm @ Jh[0]
@@ -782,12 +680,12 @@ def _polish(model: StanceModel, x, contacts, iters: int = 8):
     base, quat, q = x
     for _ in range(iters):
         model.set((base, quat, q))
-        kin = _Kinematics(model)
+        kin = rob.kinematics()
         rows, errs, worst = [], [], 0.0
         for c in contacts:
             link = rob.link_index[hum.LIMB_LINK[c.limb]]
             tgt, Rt = model.target(c)
-            cur = kin.limb_ref(c.limb)
+            cur = model.limb_ref(c.limb, kin)
             Jl, Ja = kin.jacobians(link, cur[None])
             rows.append(Jl[0])
             errs.append(tgt - cur)
@@ -814,7 +712,7 @@ def _polish(model: StanceModel, x, contacts, iters: int = 8):
     return base, quat, q
 
 
-def _collision_rows(model: StanceModel, contacts, nv: int, kin: _Kinematics, margin: float = 0.06):
+def _collision_rows(model: StanceModel, contacts, nv: int, kin: hum.Kinematics, margin: float = 0.06):
     """Rows n^T J dx >= 0.005 - d for every robot point within ``margin`` of the scene, links of
     the contacting limbs excepted (they touch on purpose); ``kin``: the model's configuration."""
     rob = model.robot
