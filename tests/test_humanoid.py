@@ -70,12 +70,14 @@ def test_kinematics_read_once_equal_the_plain_computation_bit_for_bit(robot):
     for _ in range(20):
         quat = rng.normal(size=4)
         x = (rng.normal(size=3), quat / np.linalg.norm(quat), rng.uniform(robot.lower, robot.upper))
-        for j, a in zip(robot.joints, x[2]):
-            p.resetJointState(robot.body, int(j), float(a), 0.0, physicsClientId=robot.client)
+        qd = rng.normal(size=hum.N_JOINTS)
+        for j, a, v in zip(robot.joints, x[2], qd):
+            p.resetJointState(robot.body, int(j), float(a), float(v), physicsClientId=robot.client)
         p.resetBasePositionAndOrientation(robot.body, list(x[0]), list(x[1]), physicsClientId=robot.client)
-        before = robot._links()
-        robot.set_state(*x)
-        assert robot._links() == before
+        before = robot._links(), robot.get_state()
+        robot.set_state(*x, qd=qd)
+        after = robot._links(), robot.get_state()
+        assert before[0] == after[0] and all(np.array_equal(a, b) for a, b in zip(before[1], after[1]))
         kin = robot.kinematics()
         for limb in hum.LIMBS:
             assert all(np.array_equal(a, b) for a, b in zip(kin.limb_frame(limb), robot.limb_frame(limb)))
