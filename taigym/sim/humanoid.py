@@ -163,16 +163,13 @@ class Robot:
 
     def limb_points(self, limb: str) -> np.ndarray:
         """World positions (k, 3) of a limb's contact points (m)."""
-        link = self.link_index[LIMB_LINK[limb]]
-        st = p.getLinkState(self.body, link, computeForwardKinematics=True, physicsClientId=self.client)
-        R = np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
-        return np.asarray(st[4]) + np.asarray(LIMB_POINTS[limb]) @ R.T
+        o, R = self.limb_frame(limb)
+        return o + np.asarray(LIMB_POINTS[limb]) @ R.T
 
     def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
         """(origin, rotation matrix) of a limb link's MJCF body frame in the world."""
         link = self.link_index[LIMB_LINK[limb]]
-        st = p.getLinkState(self.body, link, computeForwardKinematics=True, physicsClientId=self.client)
-        return np.asarray(st[4]), np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
+        return _frame(p.getLinkState(self.body, link, computeForwardKinematics=True, physicsClientId=self.client))
 
     def chain(self, link: int) -> np.ndarray:
         """Indices into JOINTS of the revolute joints between the base and ``link`` (cached)."""
@@ -252,8 +249,7 @@ class Kinematics:
 
     def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`Robot.limb_frame`."""
-        st = self.states[self.robot.link_index[LIMB_LINK[limb]]]
-        return np.asarray(st[4]), np.array(p.getMatrixFromQuaternion(st[5])).reshape(3, 3)
+        return _frame(self.states[self.robot.link_index[LIMB_LINK[limb]]])
 
     def jacobians(self, link: int, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Linear Jacobians (k, 3, 27) of world points rigidly attached to ``link`` and the
@@ -353,6 +349,11 @@ def _calibrate_soles(robot: Robot) -> None:
         z = (R.T @ (np.asarray(cp[5]) - o))[2]
         LIMB_POINTS[foot] = tuple((float(x), float(y), float(z)) for x in (lo_x, hi_x) for y in (lo_y, hi_y))
     p.removeBody(probe, physicsClientId=c)
+
+
+def _frame(link_state) -> tuple[np.ndarray, np.ndarray]:
+    """(origin, rotation matrix) of a link's MJCF body frame from its pybullet link state."""
+    return np.asarray(link_state[4]), np.array(p.getMatrixFromQuaternion(link_state[5])).reshape(3, 3)
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
