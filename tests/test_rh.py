@@ -318,3 +318,42 @@ def test_lbfgs_warm_started_scale_saves_the_first_steps_backtracking():
     x_warm, _, _ = lbfgs(counted(warm), x0, 100, scale0=scale)
     assert np.max(np.abs(x_cold - target)) < 1e-4 and np.max(np.abs(x_warm - target)) < 1e-4
     assert len(warm) < len(cold)
+
+
+def test_taichi_solve_equals_the_numpy_reference():
+    """solver=taichi (one kernel a control step) computes what the NumPy HorizonCost and lbfgs
+    compute: the same cost and gradient where every term is active (pour past the max tilt,
+    surge, drip, collision), and the same plan, iterations and inverse-Hessian scale."""
+    from taigym.agents import rh_kernel
+    from taigym.agents.rh import lbfgs
+
+    env = make_env()
+    agent = make("rh", env)
+    hc, _ = _pour_state(env, agent, 14)
+    agent._v_liquid = np.array([0.3, -0.1])
+    rng = np.random.default_rng(1)
+    S = hc.prior + rng.normal(0, 0.01, hc.prior.shape)
+    S[:, 1] -= np.linspace(0, 0.08, len(S))                 # down towards T: collisions active
+    S[5:8, 0] += [0.01, 0.03, 0.0]                          # a jerk: the surge term
+    for P in (S, S - [0.25, 0.0, 0.0]):                     # the second: the lip behind T (drip)
+        c, g = hc(P)
+        c_ti, g_ti = rh_kernel.horizon_cost(hc, P)
+        assert c_ti == pytest.approx(c, rel=1e-12)
+        np.testing.assert_allclose(g_ti, g, rtol=0, atol=1e-10 * np.max(np.abs(g)))
+    assert len(hc._active) > 0 and hc.w_drip > 0.0
+
+    u0 = np.clip(np.diff(np.vstack([hc.S0, hc.prior]), axis=0) / agent.scale, -0.95, 0.95)
+    K = len(u0)
+
+    def f(z):
+        u = np.tanh(z.reshape(K, 3))
+        c, gS = hc(hc.S0 + np.cumsum(u * agent.scale, axis=0))
+        return c, ((np.cumsum(gS[::-1], axis=0)[::-1] * agent.scale) * (1.0 - u * u)).ravel()
+
+    for scale0 in (None, 3e-4):
+        hc._active = None
+        z, it, scale = lbfgs(f, np.arctanh(u0).ravel(), 12, scale0=scale0)
+        u_ti, it_ti, scale_ti = rh_kernel.solve(hc, u0, agent.scale, 12, scale0)
+        assert it_ti == it and scale_ti == pytest.approx(scale, rel=1e-9)
+        np.testing.assert_allclose(u_ti, np.tanh(z.reshape(K, 3)), atol=1e-9)
+        assert np.max(np.abs(u_ti - u0)) > 0.05                # the solve moved the plan

@@ -98,7 +98,8 @@ PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         smooth_scale=(0.004, 0.004, 0.02), collision_weight=1.0, clearance=0.003,
                         max_iterations=12, lean=2.3, rho_floor=0.1,
                         dribble_weight=1.0, flow_gain=2.0, slosh_time=0.1,
-                        drip_weight=1.0, drip_margin=0.2)
+                        drip_weight=1.0, drip_margin=0.2, solver="taichi")
+SOLVERS = ("taichi", "numpy")   # the solve as one Taichi kernel (rh_kernel), or the NumPy reference
 #: accepted range (closed) of each numeric planner option, with its unit; horizon_steps and
 #: max_iterations are integers, prior_scale and smooth_scale three positive scales (m, m, rad)
 PLANNER_RANGES = dict(horizon_steps=(1, 200, "steps"), pour_weight=(0.0, math.inf, ""),
@@ -138,12 +139,12 @@ class HorizonCost:
         self.drip_margin = float(cfg["drip_margin"])
         # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
         # (backward Euler, b = dt / (slosh_time + dt)), u_k S's velocity over step k, v_0 given
-        b = dt / (cfg["slosh_time"] + dt)
+        b = self.lag_b = dt / (cfg["slosh_time"] + dt)
         k = np.arange(len(prior_poses))
         decay = (1.0 - b) ** np.maximum(k[:, None] - k[None, :], 0)
         self.lag_inv = np.tril(b * decay) / dt                         # (K, K): steps -> m/s
         self.lag_inv_t = self.lag_inv.T.copy()
-        v0 = np.zeros(2) if liquid_velocity is None else np.asarray(liquid_velocity, np.float64)
+        v0 = self.v0 = np.zeros(2) if liquid_velocity is None else np.asarray(liquid_velocity, np.float64)
         self.lag0 = ((1.0 - b) ** (k + 1))[:, None] * v0[None, :]      # (K, 2)
         self.w_prior = cfg["prior_weight"] / np.asarray(cfg["prior_scale"], np.float64) ** 2
         self.w_smooth = cfg["smooth_weight"] / np.asarray(cfg["smooth_scale"], np.float64) ** 2
@@ -453,6 +454,8 @@ SHIPPED_CHECKPOINT = Path(__file__).resolve().parent.parent / "models" / "data" 
 def _check_ranges(cfg: dict) -> None:
     """ValueError naming the first planner option outside its PLANNER_RANGES range."""
     check_ranges(cfg, PLANNER_RANGES)
+    if cfg["solver"] not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, got {cfg['solver']!r}")
     for k in ("prior_scale", "smooth_scale"):
         if len(cfg[k]) != 3 or min(cfg[k]) <= 0.0:
             raise ValueError(f"{k} must be three positive scales (m, m, rad), got {cfg[k]!r}")
@@ -563,6 +566,13 @@ class RHAgent(Agent):
             u0 = np.clip(np.diff(np.vstack([S0, hc.prior]), axis=0) / scale, -0.95, 0.95)
         else:
             u0 = np.clip(np.vstack([self._u[1:], self._u[-1:]]), -0.95, 0.95)
+        scale0 = self._hessian_scale if self._u is not None else None
+        if self.cfg["solver"] == "taichi":
+            from .rh_kernel import solve
+
+            self._u, self.last_iterations, self._hessian_scale = solve(
+                hc, u0, scale, int(self.cfg["max_iterations"]), scale0)
+            return self._u
 
         def f(z):
             u = np.tanh(z.reshape(K, 3))
@@ -572,8 +582,7 @@ class RHAgent(Agent):
             return c, (gu * (1.0 - u * u)).ravel()
 
         z, self.last_iterations, self._hessian_scale = lbfgs(
-            f, np.arctanh(u0).ravel(), int(self.cfg["max_iterations"]),
-            scale0=self._hessian_scale if self._u is not None else None)
+            f, np.arctanh(u0).ravel(), int(self.cfg["max_iterations"]), scale0=scale0)
         self._u = np.tanh(z.reshape(K, 3))
         return self._u
 
