@@ -62,7 +62,10 @@ is the liquid term. The decision variables are the K actions in [-1, 1]^3 (S_k =
 scaled sum of the first k), bounded through a change of variables (actions = tanh(z)), solved by
 L-BFGS (:func:`lbfgs`) with the analytic gradient, warm-started from the last step's solution
 shifted by one and from its last inverse-Hessian scale.
-NumPy throughout (the network's forward pass too): a few milliseconds per step.
+The network's forward pass is NumPy. The solve runs as one Taichi kernel per control step
+(``solver="taichi"``, :mod:`taigym.agents.rh_kernel`: the same arithmetic compiled, 1.3-1.5 ms
+a step on a 2-core machine where this NumPy reference, ``solver="numpy"``, takes 7-11 ms;
+``scripts/rh_speed.py``).
 
 Train: ``python -m taigym.apps.train agent=rh env=pour_simplified`` generates the CMA-ES
 dataset (``taigym.data.cmaes_dataset``, resumable) in the run directory (or uses
