@@ -5,8 +5,8 @@ The NumPy :class:`~taigym.agents.rh.HorizonCost` is the reference, documented te
 is the same arithmetic, term for term, so that one control step's whole L-BFGS solve (about 15
 evaluations of the cost and its gradient) is one kernel launch instead of some two thousand
 NumPy calls on arrays of 25 rows. Only the order of a few sums differs (the liquid's lag is a
-recursion here, a matrix product there): costs and gradients agree to about 1e-12 relative
-(``tests/test_rh.py``). ``python scripts/rh_speed.py`` prints the per-step times of both.
+recursion here, a matrix product there): costs and gradients agree to about 1e-16 relative, a
+whole solve's plan to 1e-9 (``tests/test_rh.py``). ``python scripts/rh_speed.py`` prints the per-step times of both.
 
 Everything is float64: Taichi is initialised with ``default_fp=f32`` for the solvers, so every
 float constant below that is not exact in float32 is written ``F(...)``. The kernel runs serially
@@ -27,7 +27,8 @@ MEMORY = 5                  # L-BFGS pairs kept (as lbfgs' default)
 GTOL = 1e-6                 # lbfgs' gtol
 NO_SCALE = -1.0             # no inverse-Hessian scale yet (lbfgs' scale0=None)
 
-# scalars of one problem, in `par`
+# scalars of one problem, in `par`; P_W_PRIOR, P_W_SMOOTH, P_SCALE (the action scale), P_S0 and
+# P_SM1 (S_0 and S_-1) hold 3 values (x, y, theta), P_V0 (the liquid's velocity now) 2
 (P_PX, P_PY, P_VX, P_VY, P_RHO, P_W, P_DT, P_POUR0, P_POUR1, P_SIDE, P_MAX_TILT, P_FLOW_GAIN,
  P_W_DRIP, P_DRIP_MARGIN, P_LAG_B, P_W_COLL, P_W_PRIOR, P_W_SMOOTH, P_SCALE, P_S0, P_SM1, P_V0,
  P_HESS_SCALE, P_GRAVITY, P_MIN_GRAVITY, P_ACTIVE_MARGIN) = (
@@ -35,7 +36,7 @@ NO_SCALE = -1.0             # no inverse-Hessian scale yet (lbfgs' scale0=None)
 N_PAR = 37
 # columns of `per_step` (K rows): the prior pose, T's rim height, opening centre x and velocity x
 C_PRIOR, C_RIM, C_TX, C_TVX = 0, 3, 4, 5
-# columns of `segments` (M rows): direction (x, y), 1 / length^2, reach (S's wall radius + the
+# columns of `seg` (M rows, T's walls then the obstacles' edges): direction (x, y), 1 / length^2, reach (S's wall radius + the
 # segment's + clearance)
 C_ABX, C_ABY, C_INV_LEN2, C_REACH = 0, 1, 2, 3
 # rows of the workspace `ws` (n = 3K columns; per-step rows use the first K or 3K)
@@ -294,9 +295,19 @@ def _cost_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2)
 
 @ti.func
 def _hdot(hist: ti.template(), h, slot, ws: ti.template(), row, n):
+    """s . ws[row] (h = 0) or y . ws[row] (h = 1) for the L-BFGS pair in ``slot``."""
     acc = F(0.0)
     for i in range(n):
         acc = acc + hist[h, slot, i] * ws[row, i]
+    return acc
+
+
+@ti.func
+def _sy(hist: ti.template(), slot, n):
+    """y . s of the L-BFGS pair in ``slot``."""
+    acc = F(0.0)
+    for i in range(n):
+        acc = acc + hist[1, slot, i] * hist[0, slot, i]
     return acc
 
 
@@ -323,21 +334,17 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
                 ws[R_Q, i] = ws[R_G, i]
             for h in range(count):                       # newest first
                 slot = (head + count - 1 - h) % MEMORY
-                sy = F(0.0)
-                for i in range(n):
-                    sy = sy + hist[1, slot, i] * hist[0, slot, i]
-                a = _hdot(hist, 0, slot, ws, R_Q, n) / sy
+                a = _hdot(hist, 0, slot, ws, R_Q, n) / _sy(hist, slot, n)
                 ws[R_ALPHA, h] = a
                 for i in range(n):
                     ws[R_Q, i] = ws[R_Q, i] - a * hist[1, slot, i]
             mult = F(0.0)
             if count > 0:
                 last = (head + count - 1) % MEMORY
-                sy, yy = F(0.0), F(0.0)
+                yy = F(0.0)
                 for i in range(n):
-                    sy = sy + hist[0, last, i] * hist[1, last, i]
                     yy = yy + hist[1, last, i] * hist[1, last, i]
-                scale = sy / yy
+                scale = _sy(hist, last, n) / yy
                 mult = scale
             elif scale > 0.0:
                 mult = scale
@@ -347,10 +354,7 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
                 ws[R_Q, i] = ws[R_Q, i] * mult
             for h in range(count):                       # oldest first
                 slot = (head + h) % MEMORY
-                sy = F(0.0)
-                for i in range(n):
-                    sy = sy + hist[1, slot, i] * hist[0, slot, i]
-                bb = _hdot(hist, 1, slot, ws, R_Q, n) / sy
+                bb = _hdot(hist, 1, slot, ws, R_Q, n) / _sy(hist, slot, n)
                 a = ws[R_ALPHA, count - 1 - h]
                 for i in range(n):
                     ws[R_Q, i] = ws[R_Q, i] + (a - bb) * hist[0, slot, i]
