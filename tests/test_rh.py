@@ -265,7 +265,8 @@ def test_drip_costs_liquid_over_the_lip_only_when_it_falls_outside_T():
     with pytest.raises(ValueError, match="drip_weight"):
         make("rh", env, drip_weight=-1.0)
     for bad in (dict(drip_margin=2.0), dict(slosh_time=-0.1), dict(horizon_steps=2.5), dict(lean=4.0),
-                dict(flow_gain=-1.0), dict(prior_scale=(0.02, 0.0, 0.2))):
+                dict(flow_gain=-1.0), dict(prior_scale=(0.02, 0.0, 0.2)), dict(max_speed=0.0),
+                dict(solver="cuda")):
         with pytest.raises(ValueError, match=next(iter(bad))):
             make("rh", env, **bad)
     lean = hc.max_tilt - 0.5 * hc.drip_margin                 # past the margin, below the max tilt
@@ -357,3 +358,23 @@ def test_taichi_solve_equals_the_numpy_reference():
         assert it_ti == it and scale_ti == pytest.approx(scale, rel=1e-9)
         np.testing.assert_allclose(u_ti, np.tanh(z.reshape(K, 3)), atol=1e-9)
         assert np.max(np.abs(u_ti - u0)) > 0.05                # the solve moved the plan
+
+
+def test_max_speed_caps_the_translation_only():
+    """max_speed (m/s) bounds S's planned translation per axis; the env's limit stays the
+    bound of the rotation, and S moves at the cap while it closes in on T."""
+    env = make_env()
+    agent = make("rh", env, max_speed=0.1)
+    obs, info = env.reset(seed=0, options={"task": problem(0, TEST_SEED)})
+    agent.reset(seed=0)
+    cap = 0.1 * env.unwrapped.dt / np.asarray(env.unwrapped.action_scale)[:2]   # of the action range
+    actions = []
+    for _ in range(15):
+        a = agent.act(obs, info)
+        actions.append(a)
+        obs, _, terminated, truncated, info = env.step(a)
+        assert not (terminated or truncated)
+    a = np.abs(np.array(actions))
+    assert np.all(a[:, :2] <= cap + 1e-6)
+    assert np.max(a[:, 0]) > 0.9 * cap[0]                   # S approaches T at the cap
+    assert np.max(a[:, 2]) > cap[0] + 0.1                   # the lean is not capped
