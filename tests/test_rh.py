@@ -361,13 +361,17 @@ def test_taichi_solve_equals_the_numpy_reference():
 
 
 def test_max_speed_caps_the_translation_only():
-    """max_speed (m/s) bounds S's planned translation per axis; the env's limit stays the
-    bound of the rotation, and S moves at the cap while it closes in on T."""
+    """max_speed (m/s) bounds S's planned translation per axis, unless T moves faster along it
+    (S must keep up with T); the env's limit stays the bound of the rotation, and S moves at the
+    cap while it closes in on T."""
     env = make_env()
     agent = make("rh", env, max_speed=0.1)
-    obs, info = env.reset(seed=0, options={"task": problem(0, TEST_SEED)})
+    task = problem(0, TEST_SEED)
+    assert abs(task.target_velocity[0]) > 0.1 > abs(task.target_velocity[1])
+    obs, info = env.reset(seed=0, options={"task": task})
     agent.reset(seed=0)
-    cap = 0.1 * env.unwrapped.dt / np.asarray(env.unwrapped.action_scale)[:2]   # of the action range
+    speed = np.maximum(0.1, np.abs(task.target_velocity))                    # m/s
+    cap = speed * env.unwrapped.dt / np.asarray(env.unwrapped.action_scale)[:2]   # of the action range
     actions = []
     for _ in range(15):
         a = agent.act(obs, info)

@@ -566,9 +566,11 @@ class RHAgent(Agent):
 
     def speed_cap(self) -> np.ndarray:
         """The fraction (x, y, theta) of the env's action range the planner uses: S translates at
-        most ``max_speed`` m/s along each axis (the env allows ``action_scale / dt``)."""
+        most ``max_speed`` m/s along each axis, or as fast as T moves along it if T is faster (S
+        must keep up with T while it pours); the env allows ``action_scale / dt``."""
         v_env = self.scale[:2] / self.dt
-        return np.array([*np.minimum(1.0, self.cfg["max_speed"] / v_env), 1.0])
+        v_t = np.abs(np.asarray(self._task.target_velocity, np.float64))
+        return np.array([*np.minimum(1.0, np.maximum(self.cfg["max_speed"], v_t) / v_env), 1.0])
 
     def plan(self, obs, info: dict) -> np.ndarray:
         """The K actions (K, 3) minimising the horizon objective (L-BFGS, warm-started)."""
