@@ -499,7 +499,7 @@ class RHAgent(Agent):
                              f"{obs_dim} (obs_mode {self.meta.get('obs_mode', '?')!r}: build the env with it)")
         self.predict = net.numpy_predictor()
         self.dt, _, self.scale = env_constants(env)
-        self._task = None
+        self._task, self._compiled = None, False
         self.solve_seconds: list[float] = []        # wall time of each step's plan (s)
         self.solve_cpu_seconds: list[float] = []    # CPU time of this process (s): without the
         # time other processes hold the core, the latency an unloaded core would see
@@ -509,6 +509,11 @@ class RHAgent(Agent):
         super().reset(seed=seed)
         self._task, self._u, self._v_liquid, self._hessian_scale = None, None, None, None
         self.solve_seconds, self.solve_cpu_seconds = [], []
+        if self.cfg["solver"] == "taichi" and not self._compiled:
+            from .rh_kernel import warm_up
+
+            warm_up()                   # the kernel's compilation is not a decision's latency
+            self._compiled = True
 
     def _prepare(self, task) -> None:
         dt, wall, scale = env_constants(self.env)

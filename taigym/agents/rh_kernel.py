@@ -443,6 +443,18 @@ def horizon_cost(hc, S: np.ndarray) -> tuple[float, np.ndarray]:
     return float(c), ws[R_G].reshape(-1, 3).copy()
 
 
+def warm_up() -> None:
+    """Compile the solve kernel now (a few seconds the first time, then cached on disk by Taichi)
+    on a one-step dummy problem, so that no control step pays for it: the kernel's ndarray
+    arguments make it one compilation for every horizon, S and scene."""
+    backend.init()
+    par = np.zeros(N_PAR)
+    par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, 0.05, 9.81, 2.45
+    seg = np.array([[1.0, 0.0, 1.0, 0.01]])
+    _solve_kernel(par, np.zeros((1, 6)), np.zeros((1, 2)), np.zeros((1, 1, 2)), seg,
+                  np.zeros((N_ROWS, 3)), np.zeros((2, MEMORY, 3)), np.zeros(2), 1)
+
+
 def solve(hc, u0: np.ndarray, scale: np.ndarray, max_iterations: int,
           hessian_scale: float | None) -> tuple[np.ndarray, int, float | None]:
     """One control step's plan: :meth:`taigym.agents.rh.RHAgent.plan`'s L-BFGS over the
