@@ -62,10 +62,11 @@ is the liquid term. The decision variables are the K actions in [-1, 1]^3 (S_k =
 scaled sum of the first k), bounded through a change of variables (actions = tanh(z)), solved by
 L-BFGS (:func:`lbfgs`) with the analytic gradient, warm-started from the last step's solution
 shifted by one and from its last inverse-Hessian scale. S translates at most ``max_speed`` m/s
-along each axis (:meth:`RHAgent.speed_cap`; default 0.25, half the env's limit): at full speed S
-reached T with its liquid sloshing and, where T turned back at its track's end, reversed at up
-to 18 m/s^2 to follow it; the surge flew over T's far rim (README: test runs under 5 % spill
-351 of 360 at 0.25 m/s against 335 at 0.5).
+along each axis, or as fast as T where T is faster (:meth:`RHAgent.speed_cap`; default 0.25, half
+the env's limit): at full speed S reached T with its liquid sloshing and, where T turned back at
+its track's end, reversed at up to 18 m/s^2 to follow it; the surge flew over T's far rim
+(README: FLIP test runs under 5 % spill 347 of 360 with the cap, 335 without; validation 171
+against 164 of 180).
 The network's forward pass is NumPy. The solve runs as one Taichi kernel per control step
 (``solver="taichi"``, :mod:`taigym.agents.rh_kernel`: the same arithmetic compiled, 1.3-1.5 ms
 a step on a 2-core machine where this NumPy reference, ``solver="numpy"``, takes 7-11 ms;
