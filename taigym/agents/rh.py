@@ -68,7 +68,7 @@ its track's end, reversed at up to 18 m/s^2 to follow it; the surge flew over T'
 (README: FLIP test runs under 5 % spill 347 of 360 with the cap, 335 without; validation 171
 against 164 of 180).
 The network's forward pass is NumPy. The solve runs as one Taichi kernel per control step
-(``solver="taichi"``, :mod:`taigym.agents.rh_kernel`: the same arithmetic compiled, 1.3-1.5 ms
+(``solver="taichi"``, :mod:`taigym.agents.rh_kernel`: the same arithmetic compiled, 1.2-1.6 ms
 a step on a 2-core machine where this NumPy reference, ``solver="numpy"``, takes 7-11 ms;
 ``scripts/rh_speed.py``).
 
