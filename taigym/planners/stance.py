@@ -220,10 +220,11 @@ class StanceModel:
     def limb_ref(self, limb: str, kin: hum.Kinematics | None = None) -> np.ndarray:
         """Current world position of the limb's reference point (``kin``: the current
         configuration's kinematics, if already read)."""
-        o, R = (kin or self.robot).limb_frame(limb)
+        fk = kin or self.robot
         if limb in hum.FEET:
+            o, R = fk.limb_frame(limb)
             return o + R @ self.sole_local[limb]
-        return (o + np.asarray(hum.LIMB_POINTS[limb]) @ R.T)[0]
+        return fk.limb_points(limb)[0]
 
     # ------------------------------------------------------------------ state
     def set(self, x) -> None:

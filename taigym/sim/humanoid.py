@@ -163,8 +163,7 @@ class Robot:
 
     def limb_points(self, limb: str) -> np.ndarray:
         """World positions (k, 3) of a limb's contact points (m)."""
-        o, R = self.limb_frame(limb)
-        return o + np.asarray(LIMB_POINTS[limb]) @ R.T
+        return _limb_points(limb, *self.limb_frame(limb))
 
     def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
         """(origin, rotation matrix) of a limb link's MJCF body frame in the world."""
@@ -250,6 +249,10 @@ class Kinematics:
     def limb_frame(self, limb: str) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`Robot.limb_frame`."""
         return _frame(self.states[self.robot.link_index[LIMB_LINK[limb]]])
+
+    def limb_points(self, limb: str) -> np.ndarray:
+        """As :meth:`Robot.limb_points`."""
+        return _limb_points(limb, *self.limb_frame(limb))
 
     def jacobians(self, link: int, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Linear Jacobians (k, 3, 27) of world points rigidly attached to ``link`` and the
@@ -354,6 +357,11 @@ def _calibrate_soles(robot: Robot) -> None:
 def _frame(link_state) -> tuple[np.ndarray, np.ndarray]:
     """(origin, rotation matrix) of a link's MJCF body frame from its pybullet link state."""
     return np.asarray(link_state[4]), np.array(p.getMatrixFromQuaternion(link_state[5])).reshape(3, 3)
+
+
+def _limb_points(limb: str, origin: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """World positions (k, 3) of a limb's contact points, its link frame being (origin, R)."""
+    return origin + np.asarray(LIMB_POINTS[limb]) @ R.T
 
 
 def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
