@@ -100,6 +100,8 @@ from .policy import torch_load, torch_save_atomic
 GRAVITY = 9.81
 MIN_GRAVITY = 0.25 * GRAVITY    # m/s^2: least effective gravity of the surge angle (S dropping)
 ACTIVE_MARGIN = 0.02            # m: steps this close to contact are checked for collision
+LBFGS_MEMORY = 5                # L-BFGS pairs kept
+LBFGS_GTOL = 1e-6               # L-BFGS stops once every gradient component is below this
 FINAL_CHECKPOINT = "agent.pt"
 PLANNER_DEFAULTS = dict(horizon_steps=25, pour_weight=10.0, prior_weight=1.0,
                         prior_scale=(0.02, 0.02, 0.2), smooth_weight=0.05,
@@ -367,7 +369,7 @@ def _through_laplacian(g_lap: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- the optimiser
-def lbfgs(f, x0: np.ndarray, max_iterations: int, memory: int = 5, gtol: float = 1e-6,
+def lbfgs(f, x0: np.ndarray, max_iterations: int, memory: int = LBFGS_MEMORY, gtol: float = LBFGS_GTOL,
           scale0: float | None = None):
     """Minimise ``f(x) -> (value, gradient)`` by L-BFGS (two-loop recursion, Armijo
     backtracking). Returns (x, iterations, scale), ``scale`` being the last inverse-Hessian
@@ -500,7 +502,7 @@ class RHAgent(Agent):
                              f"{obs_dim} (obs_mode {self.meta.get('obs_mode', '?')!r}: build the env with it)")
         self.predict = net.numpy_predictor()
         self.dt, _, self.scale = env_constants(env)
-        self._task, self._compiled = None, False
+        self._task = None
         self.solve_seconds: list[float] = []        # wall time of each step's plan (s)
         self.solve_cpu_seconds: list[float] = []    # CPU time of this process (s): without the
         # time other processes hold the core, the latency an unloaded core would see
@@ -510,11 +512,10 @@ class RHAgent(Agent):
         super().reset(seed=seed)
         self._task, self._u, self._v_liquid, self._hessian_scale = None, None, None, None
         self.solve_seconds, self.solve_cpu_seconds = [], []
-        if self.cfg["solver"] == "taichi" and not self._compiled:
+        if self.cfg["solver"] == "taichi":
             from .rh_kernel import warm_up
 
             warm_up()                   # the kernel's compilation is not a decision's latency
-            self._compiled = True
 
     def _prepare(self, task) -> None:
         dt, wall, scale = env_constants(self.env)

@@ -20,11 +20,10 @@ import math
 import numpy as np
 import taichi as ti
 
+from taigym.agents.rh import ACTIVE_MARGIN, GRAVITY, LBFGS_GTOL, LBFGS_MEMORY, MIN_GRAVITY
 from taigym.sim import backend
 
 F = ti.f64
-MEMORY = 5                  # L-BFGS pairs kept (as lbfgs' default)
-GTOL = 1e-6                 # lbfgs' gtol
 NO_SCALE = -1.0             # no inverse-Hessian scale yet (lbfgs' scale0=None)
 
 # scalars of one problem, in `par`; P_W_PRIOR, P_W_SMOOTH, P_SCALE (the action scale), P_S0 and
@@ -327,20 +326,20 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
             gmax = F(0.0)
             for i in range(n):
                 gmax = ti.max(gmax, ti.abs(ws[R_G, i]))
-            if gmax < F(GTOL):
+            if gmax < F(LBFGS_GTOL):
                 break
             # two-loop recursion: q = H g
             for i in range(n):
                 ws[R_Q, i] = ws[R_G, i]
             for h in range(count):                       # newest first
-                slot = (head + count - 1 - h) % MEMORY
+                slot = (head + count - 1 - h) % LBFGS_MEMORY
                 a = _hdot(hist, 0, slot, ws, R_Q, n) / _sy(hist, slot, n)
                 ws[R_ALPHA, h] = a
                 for i in range(n):
                     ws[R_Q, i] = ws[R_Q, i] - a * hist[1, slot, i]
             mult = F(0.0)
             if count > 0:
-                last = (head + count - 1) % MEMORY
+                last = (head + count - 1) % LBFGS_MEMORY
                 yy = F(0.0)
                 for i in range(n):
                     yy = yy + hist[1, last, i] * hist[1, last, i]
@@ -353,7 +352,7 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
             for i in range(n):
                 ws[R_Q, i] = ws[R_Q, i] * mult
             for h in range(count):                       # oldest first
-                slot = (head + h) % MEMORY
+                slot = (head + h) % LBFGS_MEMORY
                 bb = _hdot(hist, 1, slot, ws, R_Q, n) / _sy(hist, slot, n)
                 a = ws[R_ALPHA, count - 1 - h]
                 for i in range(n):
@@ -385,12 +384,12 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
                 sy = sy + (ws[R_XN, i] - ws[R_X, i]) * (ws[R_GN, i] - ws[R_G, i])
             if sy > F(1e-12):
                 slot = 0
-                if count < MEMORY:
-                    slot = (head + count) % MEMORY
+                if count < LBFGS_MEMORY:
+                    slot = (head + count) % LBFGS_MEMORY
                     count += 1
                 else:
                     slot = head
-                    head = (head + 1) % MEMORY
+                    head = (head + 1) % LBFGS_MEMORY
                 for i in range(n):
                     hist[0, slot, i] = ws[R_XN, i] - ws[R_X, i]
                     hist[1, slot, i] = ws[R_GN, i] - ws[R_G, i]
@@ -407,8 +406,6 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
 
 def _pack(hc) -> tuple[np.ndarray, ...]:
     """The kernel's inputs from a :class:`~taigym.agents.rh.HorizonCost`."""
-    from taigym.agents.rh import ACTIVE_MARGIN, GRAVITY, MIN_GRAVITY
-
     par = np.empty(N_PAR)
     par[[P_PX, P_PY, P_VX, P_VY, P_RHO, P_W, P_DT]] = hc.px, hc.py, hc.vx, hc.vy, hc.rho, hc.W, hc.dt
     par[[P_POUR0, P_POUR1]] = hc._pour_w[:, 0]
@@ -443,16 +440,23 @@ def horizon_cost(hc, S: np.ndarray) -> tuple[float, np.ndarray]:
     return float(c), ws[R_G].reshape(-1, 3).copy()
 
 
+_compiled = False       # this process has compiled _solve_kernel
+
+
 def warm_up() -> None:
-    """Compile the solve kernel now (a few seconds the first time, then cached on disk by Taichi)
-    on a one-step dummy problem, so that no control step pays for it: the kernel's ndarray
-    arguments make it one compilation for every horizon, S and scene."""
+    """Compile the solve kernel now, once per process (a few seconds the first time, then cached
+    on disk by Taichi), on a one-step dummy problem, so that no control step pays for it: the
+    kernel's ndarray arguments make it one compilation for every horizon, S and scene."""
+    global _compiled
+    if _compiled:
+        return
     backend.init()
     par = np.zeros(N_PAR)
     par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, 0.05, 9.81, 2.45
     seg = np.array([[1.0, 0.0, 1.0, 0.01]])
     _solve_kernel(par, np.zeros((1, 6)), np.zeros((1, 2)), np.zeros((1, 1, 2)), seg,
-                  np.zeros((N_ROWS, 3)), np.zeros((2, MEMORY, 3)), np.zeros(2), 1)
+                  np.zeros((N_ROWS, 3)), np.zeros((2, LBFGS_MEMORY, 3)), np.zeros(2), 1)
+    _compiled = True
 
 
 def solve(hc, u0: np.ndarray, scale: np.ndarray, max_iterations: int,
@@ -465,7 +469,7 @@ def solve(hc, u0: np.ndarray, scale: np.ndarray, max_iterations: int,
     par[P_SCALE:P_SCALE + 3] = scale
     par[P_HESS_SCALE] = NO_SCALE if hessian_scale is None else hessian_scale
     ws[R_X] = np.arctanh(u0).ravel()
-    hist = np.zeros((2, MEMORY, ws.shape[1]))
+    hist = np.zeros((2, LBFGS_MEMORY, ws.shape[1]))
     out = np.zeros(2)
     _solve_kernel(par, per_step, q, seg_a, seg, ws, hist, out, int(max_iterations))
     h = float(out[1])
