@@ -39,6 +39,14 @@ from taigym.agents.rh import SHIPPED_CHECKPOINT, RHAgent, latency_summary  # noq
 from taigym.data.cmaes_dataset import TEST_SEED, problem  # noqa: E402
 
 
+def _value(text: str):
+    """A --set value: JSON (numbers, lists), else the text itself (solver=numpy)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agent", default="rh", choices=("rh", "cmaes"))
@@ -50,12 +58,13 @@ def main() -> None:
     ap.add_argument("--jitter", type=int, default=0,
                     help="added to each problem's reset seed (the particles' jitter; same tasks)")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="agent options, e.g. flow_gain=0 for rh, free_jet_weight=0 for cmaes (JSON values)")
+                    help="agent options, e.g. flow_gain=0 or solver=numpy for rh, free_jet_weight=0 for cmaes "
+                         "(JSON values, else text)")
     ap.add_argument("--shapes", nargs="+", default=["rect", "frustum"])
     ap.add_argument("--fidelity", default="particles", choices=("particles", "simplified"))
     ap.add_argument("--resolution", type=int, default=128)
     args = ap.parse_args()
-    opts = {k: json.loads(v) for k, v in (a.split("=", 1) for a in args.set)}
+    opts = {k: _value(v) for k, v in (a.split("=", 1) for a in args.set)}
     ids = args.only if args.only else list(range(args.start, args.start + args.problems))
     out: dict = {"agent": args.agent, "fidelity": args.fidelity, "seed": args.seed, "jitter": args.jitter,
                  "problems": ids, "options": opts}

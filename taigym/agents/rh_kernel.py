@@ -30,9 +30,9 @@ NO_SCALE = -1.0             # no inverse-Hessian scale yet (lbfgs' scale0=None)
 # P_SM1 (S_0 and S_-1) hold 3 values (x, y, theta), P_V0 (the liquid's velocity now) 2
 (P_PX, P_PY, P_VX, P_VY, P_RHO, P_W, P_DT, P_POUR0, P_POUR1, P_SIDE, P_MAX_TILT, P_FLOW_GAIN,
  P_W_DRIP, P_DRIP_MARGIN, P_LAG_B, P_W_COLL, P_W_PRIOR, P_W_SMOOTH, P_SCALE, P_S0, P_SM1, P_V0,
- P_HESS_SCALE, P_GRAVITY, P_MIN_GRAVITY, P_ACTIVE_MARGIN) = (
-    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 22, 25, 28, 31, 33, 34, 35, 36)
-N_PAR = 37
+ P_HESS_SCALE, P_GRAVITY, P_MIN_GRAVITY, P_ACTIVE_MARGIN, P_W_SPREAD) = (
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 19, 22, 25, 28, 31, 33, 34, 35, 36, 37)
+N_PAR = 38
 # columns of `per_step` (K rows): the prior pose, T's rim height, opening centre x and velocity x
 C_PRIOR, C_RIM, C_TX, C_TVX = 0, 3, 4, 5
 # columns of `seg` (M rows, T's walls then the obstacles' edges): direction (x, y), 1 / length^2, reach (S's wall radius + the
@@ -173,19 +173,24 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
             rel = Vx - tvx
             e = wx + rel * tau - tx
             cy = (1.0 + ks * Vy) / g_acc
-            rcy = rel * cy
             pe = par[P_POUR0 + r] * e
-            we = 2.0 * rho * pe
-            wk = we * rel * ks
+            we = 2.0 * rho * pe                                 # d cost / d wx
+            wVx = we * tau                                      # d cost / d Vx
+            wtau = we * rel                                     # d cost / d tau
+            if ti.static(r == 0):                               # the jet's spread
+                wtau = wtau + 2.0 * rho * par[P_W_SPREAD] * tau
+            wVy, wwy = wtau * cy, wtau * ks
             gx = gx + we
-            gy = gy + wk
-            gth = gth + we * (tau * dVx_th + rcy * dVy_th) + wk * ax - ay * we
+            gy = gy + wwy
+            gth = gth + wVx * dVx_th + wVy * dVy_th + wwy * ax - ay * we
             if ti.static(r == 0):
-                gth = gth + we * (rcy * jx - tau * jy)
-            gpth = gpth + we * (tau * ay - rcy * ax)
-            wvx = wvx + we * tau
-            wvy = wvy + we * rcy
+                gth = gth + (wVy * jx - wVx * jy)
+            gpth = gpth + wVx * ay - wVy * ax
+            wvx = wvx + wVx
+            wvy = wvy + wVy
             m_rho = m_rho + pe * e
+            if ti.static(r == 0):
+                m_rho = m_rho + par[P_W_SPREAD] * tau * tau
         c_pour = c_pour + rho * m_rho
         ws[grow, 3 * k] = ws[grow, 3 * k] + gx
         ws[grow, 3 * k + 1] = ws[grow, 3 * k + 1] + gy
@@ -418,6 +423,7 @@ def _pack(hc) -> tuple[np.ndarray, ...]:
     par[P_SM1:P_SM1 + 3] = hc.Sm1
     par[P_V0:P_V0 + 2] = hc.v0
     par[[P_HESS_SCALE, P_GRAVITY, P_MIN_GRAVITY, P_ACTIVE_MARGIN]] = NO_SCALE, GRAVITY, MIN_GRAVITY, ACTIVE_MARGIN
+    par[P_W_SPREAD] = hc.w_spread
     per_step = np.empty((len(hc.prior), 6))
     per_step[:, C_PRIOR:C_PRIOR + 3] = hc.prior
     per_step[:, C_RIM], per_step[:, C_TX], per_step[:, C_TVX] = hc.rims, hc.tx, hc.tvx
