@@ -282,9 +282,10 @@ def test_jet_spread_costs_the_mean_miss_of_a_jet_faster_or_slower_by_it():
     """jet_spread sigma (m/s): the jet's pour term is its expected squared miss when its
     horizontal velocity is off by N(0, sigma^2), e^2 + (sigma tau)^2 (tau its flight time), the
     mean of the spread-free term over the jet sigma faster and sigma slower (T moving sigma
-    slower or faster); so of two pours landing alike, the longer fall costs more."""
+    slower or faster); so of two pours landing alike, the longer fall costs more. (The spread is
+    weighted by the network's flux now: exact where the planned flux is that too, flow_gain=0.)"""
     env = make_env()
-    agent = make("rh", env, drip_weight=0.0)         # the drip is not quadratic in the miss
+    agent = make("rh", env, drip_weight=0.0, flow_gain=0.0)   # the drip is not quadratic in the miss
     hc, _ = _pour_state(env, agent, 14)
     S = hc.prior.copy()
     full = np.vstack([hc.Sm1, hc.S0, S])

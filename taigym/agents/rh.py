@@ -15,12 +15,15 @@ poses S_k = (x, y, theta)):
   opening centre (where T is then, moving at its velocity) at which the parabola comes down
   through T's rim height; the parabola starts at p moved with S_k and leaves with R(theta_k) v
   plus the liquid's velocity: S's rotation about its origin plus S's translational velocity
-  (S_{k-1} -> S_k) lagged by ``slosh_time`` (below); W is T's half opening. The jet's term is
-  its expected squared miss, rho_k (dist_k^2 + (``jet_spread`` tau_k)^2) / W^2, tau_k its flight
-  time to the rim height: its horizontal velocity is known to ``jet_spread`` (0.3 m/s, 1 sigma),
-  so the planner prefers short falls, where an error in the network's jet or in the liquid's
-  velocity misses T by less (FLIP test runs under 5 % spill, 12 particle jitters, 720 runs: 705
-  against 687; validation 335 of 360 either way; README).
+  (S_{k-1} -> S_k) lagged by ``slosh_time`` (below); W is T's half opening.
+* C_l, jet spread (``pour_weight``): rho (``jet_spread`` tau_k / W)^2, tau_k the jet's flight
+  time to T's rim height: with it the jet's terms are its expected squared miss when its
+  horizontal velocity is known to ``jet_spread`` (0.3 m/s, 1 sigma), so the planner prefers
+  short falls, where an error in the network's jet or in the liquid's lag misses T by less.
+  Weighted by the network's flux now (rho), not by the planned rho_k: with rho_k a pour aimed
+  into T cost its spread too and rh hesitated (FLIP eval tasks: 2 of 60 never poured within the
+  episode, one spilled 89 %). FLIP test runs under 5 % spill, jitters 0-11: 710 of 720 against
+  687 without; validation 348 against 335 of 360; README.
 * C_l, dribble (``pour_weight`` x ``dribble_weight``): the same for the outflow's slow end, which
   leaves p with the liquid's velocity only (seed 000's fan, as in ``taigym.planners.sqp``).
 * C_l, drip (``pour_weight`` x ``drip_weight``): rho'_k (relu(|e_k| - W) / W)^2, the liquid
@@ -189,7 +192,7 @@ class HorizonCost:
 
     def _pour(self, S: np.ndarray, lap: np.ndarray):
         """sum_k rho_k (dist_k / W)^2 for the jet (weight ``pour_weight``; it leaves p with its
-        own velocity v plus the liquid's; plus rho_k (jet_spread tau_k / W)^2) and the dribble
+        own velocity v plus the liquid's; plus rho (jet_spread tau_k / W)^2) and the dribble
         (``pour_weight`` x ``dribble_weight``; the liquid's velocity only), and its gradient. The
         liquid moves with S's rotation about its origin and with S's translational velocity
         lagged by ``slosh_time`` (the liquid keeps its momentum for a while when S brakes);
@@ -232,7 +235,7 @@ class HorizonCost:
         we = 2.0 * rho * pe                                      # d cost / d wx
         wVx = we * tau                                           # d cost / d Vx
         wtau = we * rel                                          # d cost / d tau
-        wtau[0] += 2.0 * rho * self.w_spread * tau[0]            # the jet's spread
+        wtau[0] += 2.0 * self.rho * self.w_spread * tau[0]       # the jet's spread
         wVy, wwy = wtau * cy, wtau * ks                          # d cost / d Vy, d wy
         grad = np.empty_like(S)
         # sums over the two rows written out: NumPy's reductions cost more on (2, 25) arrays
@@ -250,8 +253,8 @@ class HorizonCost:
         gv[:-1] -= gv[1:]
         grad[:, :2] += gv
         pe *= e
-        m = pe[0] + self.w_spread * tau[0] * tau[0] + pe[1]     # d cost / d rho_k
-        cost = float(rho @ m)
+        m = pe[0] + pe[1]                                        # d cost / d rho_k
+        cost = float(rho @ m) + self.rho * self.w_spread * float(tau[0] @ tau[0])
         if d_th is None:
             return cost, grad
         grad[:, 2] += m * d_th

@@ -124,7 +124,7 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
     b = par[P_LAG_B]
     vlx, vly = par[P_V0], par[P_V0 + 1]
     inv2 = inv * inv
-    c_pour, c_drip = F(0.0), F(0.0)
+    c_pour, c_drip, c_spread = F(0.0), F(0.0), F(0.0)
     for k in range(K):
         x, y, th = ws[R_S, 3 * k], ws[R_S, 3 * k + 1], ws[R_S, 3 * k + 2]
         c, s = ti.cos(th), ti.sin(th)
@@ -178,7 +178,7 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
             wVx = we * tau                                      # d cost / d Vx
             wtau = we * rel                                     # d cost / d tau
             if ti.static(r == 0):                               # the jet's spread
-                wtau = wtau + 2.0 * rho * par[P_W_SPREAD] * tau
+                wtau = wtau + 2.0 * par[P_RHO] * par[P_W_SPREAD] * tau
             wVy, wwy = wtau * cy, wtau * ks
             gx = gx + we
             gy = gy + wwy
@@ -190,7 +190,7 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
             wvy = wvy + wVy
             m_rho = m_rho + pe * e
             if ti.static(r == 0):
-                m_rho = m_rho + par[P_W_SPREAD] * tau * tau
+                c_spread = c_spread + par[P_RHO] * par[P_W_SPREAD] * tau * tau
         c_pour = c_pour + rho * m_rho
         ws[grow, 3 * k] = ws[grow, 3 * k] + gx
         ws[grow, 3 * k + 1] = ws[grow, 3 * k + 1] + gy
@@ -225,7 +225,7 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
                 gly = gly + md * x_drho * dphy
         ws[R_GL, 3 * k] = ws[R_GL, 3 * k] + glx
         ws[R_GL, 3 * k + 1] = ws[R_GL, 3 * k + 1] + gly
-    cost = cost + c_pour + c_drip
+    cost = cost + c_pour + c_drip + c_spread
     # the lag's adjoint, backwards: d cost / d (S_k - S_{k-1}) = (b / dt) sum_{i >= k} (1 - b)^(i - k) wv_i
     ax_, ay_, nx_, ny_ = F(0.0), F(0.0), F(0.0), F(0.0)
     for kk in range(K):
