@@ -156,7 +156,7 @@ class HorizonCost:
         self.side, self.max_tilt, self.flow_gain = float(side), float(max_tilt), cfg["flow_gain"]
         self.w_drip = cfg["pour_weight"] * cfg["drip_weight"] / self.W ** 2
         self.drip_margin = float(cfg["drip_margin"])
-        # the jet's expected squared miss: its horizontal velocity is off by jet_spread (1 sigma, m/s)
+        # the jet's spread: rho (jet_spread tau_k / W)^2, rho the network's flux now (module docstring)
         self.w_spread = cfg["pour_weight"] * cfg["jet_spread"] ** 2 / self.W ** 2
         # the liquid's velocity follows S's with the lag slosh_time: v_k = (1 - b) v_{k-1} + b u_k
         # (backward Euler, b = dt / (slosh_time + dt)), u_k S's velocity over step k, v_0 given

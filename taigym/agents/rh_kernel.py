@@ -179,6 +179,7 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
             wtau = we * rel                                     # d cost / d tau
             if ti.static(r == 0):                               # the jet's spread
                 wtau = wtau + 2.0 * par[P_RHO] * par[P_W_SPREAD] * tau
+                c_spread = c_spread + par[P_RHO] * par[P_W_SPREAD] * tau * tau
             wVy, wwy = wtau * cy, wtau * ks
             gx = gx + we
             gy = gy + wwy
@@ -189,8 +190,6 @@ def _cost(par: ti.template(), per_step: ti.template(), q: ti.template(), seg_a: 
             wvx = wvx + wVx
             wvy = wvy + wVy
             m_rho = m_rho + pe * e
-            if ti.static(r == 0):
-                c_spread = c_spread + par[P_RHO] * par[P_W_SPREAD] * tau * tau
         c_pour = c_pour + rho * m_rho
         ws[grow, 3 * k] = ws[grow, 3 * k] + gx
         ws[grow, 3 * k + 1] = ws[grow, 3 * k + 1] + gy
@@ -458,7 +457,7 @@ def warm_up() -> None:
         return
     backend.init()
     par = np.zeros(N_PAR)
-    par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, 0.05, 9.81, 2.45
+    par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, 0.05, GRAVITY, MIN_GRAVITY
     seg = np.array([[1.0, 0.0, 1.0, 0.01]])
     _solve_kernel(par, np.zeros((1, 6)), np.zeros((1, 2)), np.zeros((1, 1, 2)), seg,
                   np.zeros((N_ROWS, 3)), np.zeros((2, LBFGS_MEMORY, 3)), np.zeros(2), 1)
