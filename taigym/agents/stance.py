@@ -1,4 +1,4 @@
-"""``stance``: seed 003's expert for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
+"""``stance``: the expert of Bouyarmane 2011, "Multi-Contact Planning", for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
 
 On ``reset`` the agent plans a stance sequence for ``env.unwrapped.task`` with
 :func:`taigym.planners.stance.plan`, then executes it with the paper's motion synthesis: a
@@ -438,7 +438,7 @@ class StanceAgent(Agent):
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
             kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
-            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
+            K = st.cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
                 gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))

@@ -1,4 +1,4 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (seed 003).
+"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane 2011, "Multi-Contact Planning").
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
@@ -82,6 +82,7 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import GRAVITY
 
 from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
 
@@ -177,7 +178,7 @@ class MultiContactEnv(gym.Env):
         p.resetSimulation(physicsClientId=c)
         p.setPhysicsEngineParameter(fixedTimeStep=PHYSICS_DT, numSolverIterations=50,
                                     deterministicOverlappingPairs=1, physicsClientId=c)
-        p.setGravity(0, 0, -hum.GRAVITY, physicsClientId=c)
+        p.setGravity(0, 0, -GRAVITY, physicsClientId=c)
         self.robot = hum.Robot.load(c)
         boxes, bars = task.scene()
         self.scene_ids = hum.build_scene(c, boxes, bars)

@@ -1,7 +1,7 @@
 """MultiContact tasks: scene families that need more than feet, their sampler and fixed splits.
 
-A :class:`MultiContactTask` is one locomotion problem of seed 003 (Bouyarmane, multi-contact
-planning): the humanoid starts standing on the floor at x = 0 facing +x, and must reach the
+A :class:`MultiContactTask` is one locomotion problem of Bouyarmane 2011, "Multi-Contact
+Planning": the humanoid starts standing on the floor at x = 0 facing +x, and must reach the
 task's goal (its feet near ``goal``) across an obstacle. SI units, z up.
 
 ================  =============================================================================
@@ -22,7 +22,7 @@ family            scene (sampled ranges)
                   rung-spacing up; goal: the feet on the third rung
 ================  =============================================================================
 
-Seed 003's contacts are between a robot link surface and an environment surface, at a position
+The paper's contacts are between a robot link surface and an environment surface, at a position
 (x, y) and yaw on that surface. :meth:`MultiContactTask.surfaces` lists the environment
 surfaces as :class:`Surface` records (planes and bars, each with a 1-D position coordinate u
 along its tangent; the lateral coordinate is fixed by the limb's side). ``taigym.envs.tasks(
@@ -39,6 +39,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from taigym.models.contact_surface import Surface
 
 from ._checks import bounded_float
 
@@ -58,27 +60,6 @@ RANGES = {
     "slope": {"start": (0.3, 0.5), "angle": (math.radians(28), math.radians(36)), "goal": (0.8, 1.2)},
     "ladder": {"start": (0.35, 0.5), "angle": (math.radians(65), math.radians(75)), "spacing": (0.25, 0.30)},
 }
-
-
-@dataclass(frozen=True)
-class Surface:
-    """An environment contact surface. ``kind`` "plane": points ``origin + u t`` (+ the limb's
-    lateral offset along y), outward normal ``normal``; "bar": a cylinder of axis ``t`` through
-    ``origin`` (hands grasp it, a bilateral contact; feet stand on its top, normal ``normal``).
-    ``u_range`` bounds u (m); ``limbs`` may touch it; ``mu`` is the friction coefficient."""
-
-    name: str
-    kind: str
-    origin: tuple[float, float, float]
-    t: tuple[float, float, float]
-    normal: tuple[float, float, float]
-    u_range: tuple[float, float]
-    mu: float
-    limbs: tuple[str, ...]
-    lateral: bool = True       # True: the limb's y offset applies (planes across the scene)
-
-    def point(self, u: float) -> np.ndarray:
-        return np.asarray(self.origin) + u * np.asarray(self.t)
 
 
 @dataclass(frozen=True)
@@ -180,7 +161,7 @@ class MultiContactTask:
         return 0.15 if self.family == "ladder" else 0.3
 
     def surfaces(self) -> list[Surface]:
-        """The environment contact surfaces of seed 003's contacts (module docstring)."""
+        """The environment contact surfaces of contacts of Bouyarmane 2011 (module docstring)."""
         s, f = self.start, self.family
         feet, hands, left = ("right_foot", "left_foot"), ("right_hand", "left_hand"), ("left_hand",)
         up = (0.0, 0.0, 1.0)
@@ -198,7 +179,7 @@ class MultiContactTask:
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))
             out.append(Surface("step", "plane", (0, 0, h), (1, 0, 0), up, (s + 0.11, s + 1.4), FLOOR_FRICTION, feet))
             out.append(Surface("rail", "bar", (0, RAIL_Y, h + 0.7), (1, 0, 0), up, (s - 1.0, s + 1.5),
-                               FLOOR_FRICTION, left, lateral=False))
+                               FLOOR_FRICTION, left, lateral=False, radius=BAR_RADIUS))
         elif f == "slope":
             a = self.size
             t = (math.cos(a), 0.0, math.sin(a))
@@ -206,12 +187,12 @@ class MultiContactTask:
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.05), FLOOR_FRICTION, feet))
             out.append(Surface("slope", "plane", (s, 0, 0), t, n, (0.05, 1.9), SLOPE_FRICTION, feet + ("right_hand",)))
             out.append(Surface("rail", "bar", (s, RAIL_Y, 0.85), t, up, (-1.0, 2.0), FLOOR_FRICTION, left,
-                               lateral=False))
+                               lateral=False, radius=BAR_RADIUS))
         else:
             out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.12), FLOOR_FRICTION, feet))
             for k, (x, z) in enumerate(self.rungs(), start=1):
                 out.append(Surface(f"rung{k}", "bar", (x, 0.0, z), (1, 0, 0), up, (0.0, 0.0), FLOOR_FRICTION,
-                                   feet + hands))
+                                   feet + hands, radius=BAR_RADIUS))
         return out
 
     # ------------------------------------------------------------------ serialisation

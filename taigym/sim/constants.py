@@ -15,3 +15,5 @@ BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
                           # scheme's own numerical viscosity dominates)
+
+GRAVITY = 9.81            # m/s^2, standard gravity (the MultiContact robot's scenes and planner)
