@@ -15,7 +15,7 @@ def _standing_on_a_step_task():
     """A step task in torque control at 60 Hz, reset, and a stance agent whose model is set to
     the robot's state, ready for phases written by the test."""
     task = MultiContactTask(family="step")
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     obs, info = env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task
@@ -25,6 +25,38 @@ def _standing_on_a_step_task():
 
 def test_registered():
     assert "stance" in taigym.agents.available()
+
+
+def test_the_default_env_is_one_the_expert_drives_and_other_modes_raise_at_make():
+    """``gym.make("taigym/MultiContact-v1")`` with its defaults is torque control at 60 Hz, the
+    mode the expert's QP drives; an env configuration it cannot drive (v0's PD default, or a
+    control step too coarse for the QP: eval ladders 0 and 1 fail at 0.05 s) raises a
+    ValueError naming the argument when the agent is made, not a silent failure later."""
+    env = gym.make("taigym/MultiContact-v1")
+    assert env.unwrapped.control == "torque" and env.unwrapped.control_dt == pytest.approx(1 / 60)
+    taigym.agents.make("stance", env)
+    env.close()
+    for kw, name in ((dict(), "control"), (dict(control="torque"), "control_dt")):
+        env = gym.make("taigym/MultiContact-v0", **kw)
+        with pytest.raises(ValueError, match=name):
+            taigym.agents.make("stance", env)
+        env.close()
+
+
+@pytest.mark.integration
+def test_the_expert_reaches_the_goal_with_the_env_defaults():
+    """As a user calls it: the default env, the default agent, an eval step task."""
+    env = gym.make("taigym/MultiContact-v1")
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "step"][1]
+    obs, info = env.reset(seed=0, options={"task": task})
+    agent = taigym.agents.make("stance", env)
+    agent.reset(seed=0)
+    done = False
+    while not done:
+        obs, _, term, trunc, info = env.step(agent.act(obs, info))
+        done = term or trunc
+    assert info["success"] and not info["fell"]
+    env.close()
 
 
 def test_qp_controller_shifts_the_com_in_torque_control():
@@ -77,7 +109,7 @@ def test_expert_climbs(family, index):
     """The expert reaches the goal of an eval scene without falling: a step with its rail, a
     31 deg slope (steeper than a sole's friction cone, 28.8 deg: hands carry the rest) and a
     ladder."""
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == family][index]
     obs, info = env.reset(seed=index, options={"task": task})
     agent = taigym.agents.make("stance", env)
@@ -152,7 +184,7 @@ def test_a_foot_under_a_rung_draws_back_before_it_rises():
     """A foot whose swing starts under the lowest rung first draws back level until its toe
     clears the rung (rising from there pushed it into the rung); a foot on a rung does not."""
     task = MultiContactTask(family="ladder", start=0.43, size=1.24, spacing=0.29)
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     agent = StanceAgent(env)
     agent._bars = task.scene()[1]
     centre, _, _, radius, _ = min(agent._bars, key=lambda b: b[0][2])
@@ -167,7 +199,7 @@ def test_a_foot_under_a_rung_draws_back_before_it_rises():
 def test_without_a_plan_the_expert_stands():
     """A search that ends without a plan (here: no time budget) leaves the robot standing in
     torque control, held by the QP on both soles."""
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     task = MultiContactTask(family="slope", size=0.6)
     obs, info = env.reset(seed=0, options={"task": task})
     agent = taigym.agents.make("stance", env, time_limit=0.0)
@@ -188,7 +220,7 @@ def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
     import pybullet as p
     from taigym.agents import stance as sa
     task = MultiContactTask(family="ladder", start=0.45, size=1.2)
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task

@@ -5,7 +5,7 @@
 ``sac`` (Stable-Baselines3), ``sfrrt`` (seed 002's planner, Transport-v0), ``cmaes`` (seed 001's
 CMA-ES pour search), ``rh`` (seed 001's receding-horizon planner; trained by
 ``taigym.apps.train agent=rh``), ``stance`` (seed 003's multi-contact planner + QP controller, for
-``taigym/MultiContact-v0``).
+``taigym/MultiContact-v1``).
 """
 
 from __future__ import annotations

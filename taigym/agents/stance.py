@@ -1,4 +1,5 @@
-"""``stance``: the expert of Bouyarmane 2011, "Multi-Contact Planning", for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
+"""``stance``: the expert of Bouyarmane 2011, "Multi-Contact Planning", for
+``taigym/MultiContact-v1``: motion synthesis over a stance plan.
 
 On ``reset`` the agent plans a stance sequence for ``env.unwrapped.task`` with
 :func:`taigym.planners.stance.plan`, then executes it with the paper's motion synthesis: a
@@ -36,12 +37,13 @@ friction cones; grasps bounded by the grip force), |tau| <= tau_max, and clearan
 than the limbs' (soles, forearms) within 3 cm of the scene accelerates away from it
 (n^T J qdd >= KP (1 cm - d) - KD d', soft: a slack at a high cost; the QP has no contact force
 for such a link, so pressing on the scene made the forces differ from its model). The a_* are PD
-laws towards the FSM's targets. As on position-controlled humanoids, the accelerations are
-integrated over the control step into the joint position targets of the env's PD servos
-(``control="pd"``); with ``control="torque"`` the QP's torques are sent instead. A control step
-whose QP fails falls back to the posture target (PD) or repeats the last solved torques.
+laws towards the FSM's targets. The QP's torques are the action (torque control); a control
+step whose QP fails repeats the last solved torques.
 
-Agent configuration: ``time_limit`` (planning budget, s, default 60), ``max_nodes`` (400).
+Agent configuration: ``max_nodes`` (the planning budget in expanded stances, default
+:data:`MAX_NODES`), ``time_limit`` (an optional wall-time budget, s; default none, so that a plan
+does not depend on the machine's speed or load). The env must be in torque control with a control
+step of at most 1/60 s (``taigym/MultiContact-v1``'s defaults); ``make`` raises a ValueError otherwise.
 ``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
 last QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
 """
@@ -57,8 +59,10 @@ from scipy.spatial.transform import Rotation
 from taigym.planners import stance as st
 from taigym.sim import humanoid as hum
 
-from .base import Agent
+from .base import Agent, check_ranges
 
+MAX_NODES = 400        # stances the planner may expand (a node budget: plans do not depend on the machine's load)
+MAX_CONTROL_DT = 1.0 / 60.0  # s, the coarsest env control step the QP controller holds the robot at
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
 SHIFT_TOL = 0.015      # m, CoM error that ends a shift
@@ -102,9 +106,23 @@ class StanceAgent(Agent):
 
     name = "stance"
 
-    def __init__(self, env, time_limit: float = 60.0, max_nodes: int = 400, **cfg):
-        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes, **cfg)
-        self.time_limit, self.max_nodes = float(time_limit), int(max_nodes)
+    def __init__(self, env, max_nodes: int = MAX_NODES, time_limit: float | None = None, **cfg):
+        super().__init__(env, max_nodes=max_nodes, time_limit=time_limit, **cfg)
+        check_ranges(self.cfg, {"max_nodes": (1, 100000, "stances")})
+        if time_limit is not None:
+            check_ranges(self.cfg, {"time_limit": (0.0, 1e5, "s")})
+        u = env.unwrapped
+        if not hasattr(u, "control") or not hasattr(u, "control_dt"):
+            raise ValueError(f"env must be a taigym/MultiContact env (stance drives its humanoid), got {u!r}")
+        # the QP controller computes joint torques: pybullet's position motors cannot render
+        # them (the expert fell within 3-6 s in PD mode), and held for longer than 1/60 s they
+        # lose the ladder (eval ladders 0 and 1 at 0.05 s)
+        if u.control != "torque":
+            raise ValueError(f"stance needs the env's control='torque' (its QP computes joint torques), got "
+                             f"control={u.control!r}; use gym.make('taigym/MultiContact-v1') or control='torque'")
+        if u.control_dt > MAX_CONTROL_DT + 1e-9:
+            raise ValueError(f"stance needs the env's control_dt in [1/240, 1/60] s, got control_dt={u.control_dt!r}")
+        self.time_limit, self.max_nodes = time_limit, int(max_nodes)
         self.plan = None
         self.model = None
         self._task = None
@@ -306,23 +324,17 @@ class StanceAgent(Agent):
             for limb in ph["unload"]:
                 ref["soft"][limb] = W_UNLOAD * r ** 2
             done = r >= 1.0
-        qdd = self._qp(ref, com, Jc, nu, limb_task, quat)
+        self._qp(ref, com, Jc, nu, limb_task, quat)
         self.t_phase += self.env.unwrapped.control_dt
         if done and self.k < len(self.phases) - 1:
             self.k, self.t_phase = self.k + 1, 0.0
         for i, h in enumerate(hum.HANDS):
             action[21 + i] = 1.0 if self.grip[h] else -1.0
-        if getattr(self.env.unwrapped, "control", "pd") == "torque":
-            # a QP that failed (OSQP's iteration limit) left ``_tau`` at the last solved QP's
-            # torques, held for this step (the posture target's normalised action, sent as
-            # torques, kicked the stance sole off eval slope 8: 3.9 kN on it, a fall)
-            action[:21] = np.clip(self._tau / hum.TORQUE_LIMITS, -1, 1)
-            return action
-        if qdd is None:
-            return self._pd_action(ph["q"], action)
-        T = self.env.unwrapped.control_dt
-        q_target = q + (qd + qdd[6:] * T) * T      # semi-implicit Euler over the control step
-        return self._pd_action(q_target, action)
+        # a QP that failed (OSQP's iteration limit) left ``_tau`` at the last solved QP's torques,
+        # held for this step (the posture target's normalised action, sent as torques, kicked the
+        # stance sole off eval slope 8: 3.9 kN on it, a fall)
+        action[:21] = np.clip(self._tau / hum.TORQUE_LIMITS, -1, 1)
+        return action
 
     def _out_from_under_rung(self, x: np.ndarray) -> np.ndarray | None:
         """Where a sole centred at ``x`` (pointing +x, at the ladder) that lies under a rung draws
@@ -403,12 +415,6 @@ class StanceAgent(Agent):
         self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com"], q=ph["q0"],
                                      quat=ph["quat"])]
         self.t_phase = -self.env.unwrapped.control_dt
-
-    def _pd_action(self, q_target: np.ndarray, action: np.ndarray) -> np.ndarray:
-        rob = self.model.robot if self.model is not None else self.env.unwrapped.robot
-        q_target = np.clip(q_target, rob.lower, rob.upper)
-        action[:21] = 2 * (q_target - rob.lower) / (rob.upper - rob.lower) - 1
-        return np.clip(action, -1, 1).astype(np.float32)
 
     def _qp(self, ph: dict, com, Jc, nu, limb_task, quat) -> np.ndarray | None:
         model, rob = self.model, self.model.robot
@@ -527,7 +533,7 @@ class StanceAgent(Agent):
         self.qp_status = res.info.status
         if res.info.status not in ("solved", "solved inaccurate"):
             # no acceleration found that meets the contacts within the torque limits: the
-            # caller falls back to the posture target (PD) or the last solved torques
+            # caller repeats the last solved torques
             return None
         self._tau = res.x[n + m:n + m + 21]
         self.qp_forces, col = {}, n      # N, world frame: the QP's force on each support limb

@@ -49,7 +49,11 @@ def _register() -> None:
     if "taigym/Pour3D-v0" not in gym.registry:
         gym.register(id="taigym/Pour3D-v0", entry_point="taigym.envs.pour3d:Pour3DEnv")
     if "taigym/MultiContact-v0" not in gym.registry:
-        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
+        # v0's defaults (PD position targets every 0.05 s), kept so that v0 results reproduce
+        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv",
+                     kwargs={"control": "pd", "control_dt": 0.05})
+    if "taigym/MultiContact-v1" not in gym.registry:
+        gym.register(id="taigym/MultiContact-v1", entry_point="taigym.envs.multicontact:MultiContactEnv")
 
 
 _register()

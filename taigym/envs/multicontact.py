@@ -1,4 +1,5 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane 2011, "Multi-Contact Planning").
+"""``taigym/MultiContact-v1``: humanoid locomotion that needs hands as well as feet (Bouyarmane 2011,
+"Multi-Contact Planning").
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
@@ -11,14 +12,15 @@ within 2 cm of the bar's surface, released when the command stops.
 
 ## Action space
 
-``control="pd"`` (default): ``Box(-1, 1, (23,), float32)``:
+``control="torque"`` (default): ``Box(-1, 1, (23,), float32)``:
 
 | index | action | scale |
 |-------|--------|-------|
-| 0-20 | joint position targets, ``taigym.sim.humanoid.JOINTS`` order | -1 -> lower limit, 1 -> upper limit; PD (pybullet's position motors) with the joint's torque limit |
+| 0-20 | joint torques, ``taigym.sim.humanoid.JOINTS`` order | fractions of the joints' torque limits, held over the control step |
 | 21, 22 | right, left hand grip command | > 0 grips (if near a bar), <= 0 releases |
 
-``control="torque"``: the same with 0-20 joint torques as fractions of the torque limits.
+``control="pd"``: the same with 0-20 joint position targets (-1 -> lower limit, 1 -> upper
+limit) for pybullet's position motors (PD, gains ``kp``, ``kd``) with the joints' torque limits.
 
 ## Observation space
 
@@ -50,7 +52,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
   pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
   of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
   upright).
-* Truncation: at ``horizon`` (default 60 s = 1200 steps of 0.05 s; a climb of 12-16 stances takes
+* Truncation: at ``horizon`` (default 60 s = 3600 steps of 1/60 s; a climb of 12-16 stances takes
   30-45 s at the ``stance`` expert's speeds) or on a blow-up (NaN state,
   ``info["sim_unstable"]``).
 
@@ -62,13 +64,29 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ## Arguments
 
-``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=60.0,
+``gym.make("taigym/MultiContact-v1", family=None, task_split=None, control="torque", horizon=60.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
-effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=0.05)``: ``family`` fixes
-the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a fixed split;
-``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
-``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
-the progress, alive and effort terms are per control step.
+effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=1/60)``:
+``family`` fixes the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a
+fixed split; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The
+control step is ``control_dt`` (default 1/60 s = 4 physics steps of 1/240 s; a multiple of
+1/240 s up to 0.1 s); the progress, alive and effort terms are per control step.
+
+Why torque control at 60 Hz by default: it is the mode of the env's expert (the ``stance``
+agent's QP computes joint torques; pybullet's position motors are stiff velocity constraints
+that cannot render them, and with them the expert falls within seconds), so expert
+demonstrations are actions an imitation learner (``bc``, ``dagger``) can copy in the default
+env; the QP needs the fine step (at 0.05 s it drops eval ladders 0 and 1 that it climbs at
+1/60 s); and it is the convention RL users of simulated humanoids know (Gymnasium's MuJoCo
+Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains available (and is
+``MultiContact-v0``).
+
+## Version history
+
+* v1: the defaults are ``control="torque"`` and ``control_dt=1/60`` (v0: ``"pd"``, 0.05 s);
+  everything else is v0's. A new id because the default action now means torques, not position
+  targets: results and policies obtained with v0's defaults do not carry over.
+* v0: first version (Bouyarmane 2011's four scene families).
 """
 
 from __future__ import annotations
@@ -86,7 +104,7 @@ from taigym.sim.constants import GRAVITY
 
 from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
 
-CONTROL_DT = 0.05
+CONTROL_DT = 1.0 / 60.0          # s, the default control step (module docstring: why)
 PHYSICS_DT = 1.0 / 240.0
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
@@ -108,7 +126,7 @@ class MultiContactEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
 
-    def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "pd",
+    def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "torque",
                  horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
@@ -128,7 +146,6 @@ class MultiContactEnv(gym.Env):
         if not (16 <= h <= 2048 and 16 <= w <= 2048):
             raise ValueError(f"render_size must be (height, width) in [16, 2048]; got {render_size!r}")
         self.family, self.task_split, self.control = family, task_split, control
-        self.horizon = _number("horizon", horizon, CONTROL_DT, 600.0)
         self.render_mode, self.render_size = render_mode, (h, w)
         self.progress_weight = _number("progress_weight", progress_weight, 0.0, 1e3)
         self.alive_bonus = _number("alive_bonus", alive_bonus, 0.0, 10.0)
@@ -142,6 +159,7 @@ class MultiContactEnv(gym.Env):
         if abs(self.substeps * PHYSICS_DT - dt) > 1e-9:
             raise ValueError(f"control_dt must be a multiple of 1/240 s in [1/240, 0.1], got {control_dt!r}")
         self.control_dt = self.substeps * PHYSICS_DT
+        self.horizon = _number("horizon", horizon, self.control_dt, 600.0)
         self.action_space = spaces.Box(-1.0, 1.0, (hum.N_JOINTS + 2,), np.float32)
         lo = np.concatenate([np.full(21, -np.pi), np.full(21, -30.0), np.full(3, -5.0), np.full(4, -1.0),
                              np.full(3, -10.0), np.full(3, -20.0), np.zeros(6), np.full(3, -5.0)])

@@ -76,7 +76,7 @@ def start_state(model: StanceModel):
     return res[0], stance
 
 
-def plan(task: StanceTask, *, time_limit: float = 60.0, max_nodes: int = 400,
+def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 400,
          goal: np.ndarray | None = None, goal_radius: float | None = None) -> Plan:
     """Best-first search for a stance sequence from the start stance to one with both feet
     within ``goal_radius`` (default: the task's) of ``goal`` (default: the task's)."""
@@ -100,7 +100,7 @@ def plan(task: StanceTask, *, time_limit: float = 60.0, max_nodes: int = 400,
         seen = {stance_key(stance0)}
         nodes = {}
         while queue:
-            if time.perf_counter() - t0 > time_limit or out.nodes >= max_nodes:
+            if out.nodes >= max_nodes or (time_limit is not None and time.perf_counter() - t0 > time_limit):
                 out.status = "budget"
                 return out
             _, _, g, stance, step, parent, move = heapq.heappop(queue)
