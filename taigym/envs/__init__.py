@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
+FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact", "multicontact_soft")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -33,6 +33,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         from .multicontact_tasks import multicontact_tasks
 
         return multicontact_tasks(split)
+    if family == "multicontact_soft":
+        from .multicontact_tasks import soft_tasks
+
+        return soft_tasks(split)
     from .pour_tasks import pour_tasks
 
     return pour_tasks(split)

@@ -48,7 +48,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 ## Episode end
 
 * Termination: success (both feet touch the scene and the soles' midpoint is within
-  ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder) or a fall (the torso, waist or
+  ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder and the soft step) or a fall (the torso, waist or
   pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
   of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
   upright).
@@ -101,8 +101,9 @@ from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
 from taigym.sim.constants import GRAVITY
+from taigym.sim.soft_support import SoftSupport
 
-from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
+from .multicontact_tasks import FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task, soft_tasks
 
 CONTROL_DT = 1.0 / 60.0          # s, the default control step (module docstring: why)
 PHYSICS_DT = 1.0 / 240.0
@@ -181,7 +182,7 @@ class MultiContactEnv(gym.Env):
         task = (options or {}).get("task")
         if task is None:
             if self.task_split is not None:
-                pool = multicontact_tasks(self.task_split)
+                pool = soft_tasks(self.task_split) if self.family == "soft" else multicontact_tasks(self.task_split)
                 if self.family is not None:
                     pool = tuple(t for t in pool if t.family == self.family)
                 task = pool[int(self.np_random.integers(len(pool)))]
@@ -201,6 +202,8 @@ class MultiContactEnv(gym.Env):
         boxes, bars = task.scene()
         self.scene_ids = hum.build_scene(c, boxes, bars)
         self.bars = list(zip(self.scene_ids[len(boxes):], bars))
+        self.soft = [SoftSupport(c, b, FLOOR_FRICTION) for b in task.soft_blocks()]
+        self.scene_ids += [i for sup in self.soft for i in sup.body_ids]
         hum.place_standing(self.robot, x=0.0)
         self._grasps = {h: None for h in hum.HANDS}
         self.time = 0.0
@@ -232,6 +235,10 @@ class MultiContactEnv(gym.Env):
                 p.setJointMotorControlArray(rob.body, joints, p.TORQUE_CONTROL,
                                             forces=list(a[:21] * hum.TORQUE_LIMITS), physicsClientId=c)
             p.stepSimulation(physicsClientId=c)
+            if self.soft:      # the pads' top faces follow the contact forces (taigym.sim.soft_support)
+                soles = {rob.link_index[hum.LIMB_LINK[f]]: rob.limb_points(f) for f in hum.FEET}
+                for sup in self.soft:
+                    sup.update(rob.body, PHYSICS_DT, soles)
             js = p.getJointStates(rob.body, joints, physicsClientId=c)
             torque += np.array([s[3] for s in js]) if self.control == "pd" else a[:21] * hum.TORQUE_LIMITS
         self._torque = torque / self.substeps
@@ -312,6 +319,21 @@ class MultiContactEnv(gym.Env):
         up = np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3)[:, 2]
         return bool(up[2] < math.cos(FALL_TILT))
 
+    def sinks(self) -> dict[str, float]:
+        """Per foot touching a soft pad: how far its sole is below the pad's undeformed top (m,
+        the mean over its four corners; positive down)."""
+        out = {}
+        if not self.soft:
+            return out
+        touching = self._touching_links()
+        for f in hum.FEET:
+            pts = self.robot.limb_points(f)
+            mid = pts.mean(axis=0)
+            for sup in self.soft:
+                if hum.LIMB_LINK[f] in touching and sup.block.contains(mid[0], mid[1]):
+                    out[f] = float(sup.block.top - pts[:, 2].mean())
+        return out
+
     def sole_midpoint(self) -> np.ndarray:
         pts = np.vstack([self.robot.limb_points(f) for f in hum.FEET])
         return pts.mean(axis=0)
@@ -339,7 +361,7 @@ class MultiContactEnv(gym.Env):
         return {"success": bool(not fell and self._success()), "fell": bool(fell), "sim_unstable": bool(unstable),
                 "time": float(self.time), "goal_distance": float(self._dist), "contacts": self.contacts(),
                 "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
-                "contact_violation": bool(violation), "family": self.task.family,
+                "contact_violation": bool(violation), "family": self.task.family, "sink": self.sinks(),
                 "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}
 
     # ------------------------------------------------------------------ render

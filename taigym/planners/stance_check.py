@@ -2,7 +2,8 @@
 :func:`check_step` verifies a returned step without the planner's Jacobians or QPs (its own
 statics): contact points on their surfaces, forces in the true friction cones, Newton-Euler
 equilibrium residual, joint torques (from the moments about each joint axis) and joint limits,
-collision."""
+collision. Soles on a deformable support (Bouyarmane 2011's extension): sunk along the support's
+normal, their forces checked against the support's finite-element model."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import math
 import numpy as np
 import pybullet as p
 
+from taigym.sim import fem
 from taigym.sim import humanoid as hum
 from taigym.sim.constants import GRAVITY
 
 from .stance_model import StanceModel, StanceTask, Step
+
+MAX_SINK = 0.03      #: m, a sole sunk deeper into a pad is no plausible contact
 
 
 def check_step(task: StanceTask, step: Step, *, force_tol: float = 1.0, pos_tol: float = 5e-3) -> list[str]:
@@ -33,9 +37,19 @@ def check_step(task: StanceTask, step: Step, *, force_tol: float = 1.0, pos_tol:
         model.set((step.base_pos, step.base_quat, step.q))
         for c in step.touching:
             tgt, _ = model.target(c)
-            if np.linalg.norm(tgt - model.limb_ref(c.limb)) > pos_tol:
+            off = tgt - model.limb_ref(c.limb)
+            if c.limb in step.sinks:        # on a deformable support: sunk along its normal, not beside
+                n = np.asarray(model.surfaces[c.surface].normal, float)
+                sink = float(off @ n)
+                off = off - sink * n
+                if not -pos_tol <= sink <= MAX_SINK:
+                    bad.append(f"{c.limb} sinks {sink:.4f} m into {c.surface}")
+            if np.linalg.norm(off) > pos_tol:
                 bad.append(f"{c.limb} off its contact on {c.surface}")
+        bad += _check_soft(model, step, force_tol)
         for limb, pt, f, kind, n, mu in step.points:
+            if kind == "soft":
+                continue            # checked per contact by _check_soft
             if kind == "grasp":
                 if np.linalg.norm(f) > math.sqrt(3) * hum.GRIP_FORCE + force_tol:
                     bad.append(f"{limb} grip force")
@@ -87,4 +101,41 @@ def check_step(task: StanceTask, step: Step, *, force_tol: float = 1.0, pos_tol:
             bad.append("collision")
     finally:
         model.close()
+    return bad
+
+
+def _check_soft(model: StanceModel, step: Step, force_tol: float) -> list[str]:
+    """The forces of a step's soft points (one per footprint node of a sole on a deformable
+    support): each sole's total in its friction cone, pressing on the pad; and the nodal forces
+    equal to the pad's consistent nodal reactions for the displacements of the sole's points
+    over the nodes (C_DD^-1 U^D, from the pad's compliance: another route than the planner's
+    element-stress formula), to 2 % of the largest nodal force plus ``force_tol``."""
+    bad = []
+    by_limb: dict[str, list] = {}
+    for limb, pt, f, kind, n, mu in step.points:
+        if kind == "soft":
+            by_limb.setdefault(limb, []).append((pt, f, n, mu))
+    if not by_limb:
+        return bad
+    surf = {c.limb: c.surface for c in step.support}
+    pads = {}
+    for limb, pts in by_limb.items():
+        F = np.sum([f for _, f, _, _ in pts], axis=0)
+        n, mu = pts[0][2], pts[0][3]
+        fn = float(F @ n)
+        if fn <= 0 or np.linalg.norm(F - fn * n) > mu * fn + 1e-6 * np.linalg.norm(F):
+            bad.append(f"{limb} soft force outside its friction cone")
+        pads.setdefault(surf[limb], []).extend(pts)
+    for name, pts in pads.items():
+        solid = model.surfaces[name].solid.solid()
+        top = solid.mesh.layer(-1)
+        P = np.array([pt for pt, *_ in pts])
+        F = np.array([f for _, f, *_ in pts])
+        X = solid.mesh.nodes[top]
+        nodes = top[np.argmin(np.linalg.norm(X[None, :, :2] - P[:, None, :2], axis=2), axis=1)]
+        solid.preload(nodes)
+        patch = fem.DirichletPatch(solid, nodes)
+        expect = -patch.consistent_reactions(P - solid.mesh.nodes[nodes])
+        if np.abs(expect - F).max() > 0.02 * np.abs(expect).max() + force_tol:
+            bad.append(f"soft forces on {name} differ from the pad's reactions by {np.abs(expect - F).max():.1f} N")
     return bad

@@ -33,6 +33,7 @@ import pybullet as p
 from taigym.sim import humanoid as hum
 
 from .stance_model import Contact, StanceModel, Step
+from .stance_soft import is_soft, soft_equilibrium
 from .stance_statics import com_target, contact_forces, solve_qp
 
 POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
@@ -104,6 +105,13 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
         touching_c = tuple(sorted(fixed + ([new] if new else [])))
         support_c = tuple(sorted(new if (free is not None and c is free) else c for c in support))
         out = contact_forces(model, support_c)
+        if out is not None and any(is_soft(model, c) for c in support_c):
+            # on a deformable support: its reaction forces, the configuration sunk into it
+            soft = soft_equilibrium(model, x, touching_c, support_c)
+            if isinstance(soft, str):
+                return _fail(soft)
+            x, points, tau, sinks = soft
+            return Step(touching_c, support_c, x[0], x[1], x[2], points, tau, sinks=sinks), new
         if out is not None:
             points, tau, _ = out
             return Step(touching_c, support_c, x[0], x[1], x[2], points, tau), new

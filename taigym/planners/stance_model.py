@@ -87,6 +87,8 @@ class Step:
     #: alone with the new contact's limb lifted clear of the terrain between its old place and
     #: the new one (:func:`solve_transition`); kept for inspection, the executor does not use it
     transition: tuple | None = None
+    #: per sole on a deformable support: its predicted sink below the undeformed surface (m)
+    sinks: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -113,8 +115,15 @@ class StanceModel:
         self.client = p.connect(p.DIRECT)
         self.robot = hum.Robot.load(self.client)
         boxes, bars = task.scene()
-        self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
         self.surfaces: dict[str, Surface] = {s.name: s for s in task.surfaces()}
+        # a deformable support collides as its undeformed block
+        for s in self.surfaces.values():
+            if s.solid is not None:
+                b = s.solid
+                L, W, T = b.size
+                boxes = list(boxes) + [((b.x0 + L / 2, b.y0, b.top - T / 2), (L / 2, W / 2, T / 2), 0.0, s.mu)]
+        self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
+        self.cache: dict = {}       # per-task data of the planner's parts (pads' FEM, footprints)
         self.sole_local = {f: np.mean(hum.LIMB_POINTS[f], axis=0) for f in hum.FEET}
         # hands stay on the robot's side of a ladder's plane of rungs (point, normal towards the
         # robot): the gaps between rungs are collision-free, and the CoM term of the IK threw a
