@@ -21,8 +21,8 @@ SOLE = (0.11, 0.045, 0.025)     # m, half extents of a box like a sole
 @pytest.mark.parametrize("E", [2.5e5, 1e6])
 def test_a_box_resting_on_the_pad_sinks_as_the_fem_rigid_punch(E):
     """A 40 kg box with a sole's footprint settles on the pad, pybullet's contacts moving its top
-    face, to the sink of the pad's finite-element model under a rigid punch carrying the box's
-    weight (within 10 %; 3 and 0.7 mm)."""
+    face: the pad's dent under it is the sink of its finite-element model under a rigid punch
+    carrying the box's weight (within 5 %; 2.8 and 0.7 mm), and the box rests in the dent."""
     c = p.connect(p.DIRECT)
     try:
         p.setGravity(0, 0, -9.81, physicsClientId=c)
@@ -42,8 +42,9 @@ def test_a_box_resting_on_the_pad_sinks_as_the_fem_rigid_punch(E):
         sink = 0.3 - np.mean(heights[-240:])
         nodes = top_nodes_under(pad.solid, pts)
         _, motion = Punches(pad.solid, [nodes]).solve([np.r_[0.0, 0.0, -40.0 * 9.81, 0.0, 0.0, 0.0]])
-        assert sink == pytest.approx(-motion[0][2], rel=0.1)
-        assert np.mean(dents[-240:]) == pytest.approx(-motion[0][2], rel=0.1)
+        assert np.mean(dents[-240:]) == pytest.approx(-motion[0][2], rel=0.05)
+        # the box rests in the dent, to pybullet's contact resolution
+        assert abs(sink - np.mean(dents[-240:])) < 5e-4
     finally:
         p.disconnect(c)
 

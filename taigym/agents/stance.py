@@ -25,8 +25,11 @@ its objectives:
   time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
   swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
   next support (within 1.5 cm of the planned CoM, or 4 cm where the next support alone balances
-  it; after the shift's timeout, anywhere it does) holds the stance instead of releasing the
-  contact. ``agent.events`` lists these per episode.
+  it; after the shift's timeout, anywhere it does), or whose contact to break still carries more
+  than UNLOAD_TOL 1.5 s after its unload ramp, holds the stance instead of releasing the
+  contact. From such a stance the agent replans (at most MAX_REPLANS times an episode): the
+  planner searches from that stance and the robot's configuration, without the failed move.
+  ``agent.events`` lists these per episode.
 
 The QP (OSQP), over joint and base accelerations qdd, contact-force cone coefficients lambda and
 joint torques tau: min  w_c ||J_com qdd - a_com||^2 + w_l ||J_limb qdd - a_limb||^2
@@ -63,6 +66,9 @@ from .base import Agent, check_ranges
 
 MAX_NODES = 400        # stances the planner may expand (a node budget: plans do not depend on the machine's load)
 MAX_CONTROL_DT = 1.0 / 60.0  # s, the coarsest env control step the QP controller holds the robot at
+TOE_AHEAD = 0.15       # m, from a sole's centre to just past its toe (sole half length 0.11)
+STEP_FACE = 0.05       # m, terrain this much higher than a sole just ahead of its toe is a step's face
+FACE_CLEAR = 0.04      # m, a sole before a step's face draws back this far as it rises
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
 SHIFT_TOL = 0.015      # m, CoM error that ends a shift
@@ -78,6 +84,12 @@ UNDER_RUNG_HEIGHT = 0.15  # m, a rung this little above a sole's centre (foot he
 UNDER_RUNG_CLEAR = 0.03   # m, a foot under a rung first draws back till its toe is this far clear of it
 LOAD_TIME = 0.6        # s, the new contact's forces ramp up over this
 W_UNLOAD = 0.02        # per N^2 (cone coefficient), penalty on an unloaded contact's forces at full ramp
+W_FORCE = 1e-3         # per N^2, a soft contact's force on the plan's (deformable supports; see the shift)
+SOFT_COP = 0.5         # the fraction of a sole (about its centre) its centre of pressure may use on a pad
+UNLOAD_TOL = 40.0      # N (a tenth of the weight), most a contact may carry when it is released
+UNLOAD_WAIT = 1.5      # s a shift waits past its unload ramp for the contact to unload, then fails
+MAX_REPLANS = 2        # replans an episode, each from the stance where a transition failed
+SINK_SETTLE = 0.3      # s a shift onto a deformable support waits, unloaded, measuring the sinks
 PHASE_TIMEOUT = 5.0    # s
 CENTRE_WAIT = 1.0      # s, a centring before a swing ends this long after its reference, arrived or not
 CENTRE_TOL = 0.005     # m, a CoM this close to its centring target needs no centring
@@ -95,6 +107,12 @@ CLEAR_NEAR = 0.03      # m, links other than the limbs' (soles, forearms) this n
 CLEAR_MIN = 0.01       # m, the distance they are driven back to
 KP_CLEAR = 100.0       # 1/s^2, gain of that distance's acceleration bound
 W_CLEAR = 1e4          # per (m/s^2)^2, penalty on violating that bound (a soft constraint: the QP stays feasible)
+
+
+#: indices into JOINTS of each limb's chain (hip to ankle, shoulder to elbow)
+_LIMB_JOINTS = {limb: np.array([k for k, name in enumerate(hum.JOINTS) if name.startswith(tuple(
+    f"{limb.split('_')[0]}_{j}" for j in (("hip", "knee", "ankle") if limb.endswith("foot") else ("shoulder", "elbow"))))])
+    for limb in hum.LIMBS}
 
 
 def _kd(kp: float) -> float:
@@ -136,13 +154,22 @@ class StanceAgent(Agent):
         if task != self._task:
             if self.model is not None:
                 self.model.close()
-            self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
+            self._first_plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
             self.model = st.StanceModel(task)
             self._bars = task.scene()[1]
             self._task = task
+        self.plan = self._first_plan
+        #: s of planning this episode (the first plan, and any replans)
+        self.plan_seconds = self.plan.seconds
+        self.replans = 0
+        self._exclude: set = set()          # moves that failed when executed, kept out of replans
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
+        #: (limb, planned sink, simulated sink (m), planned and controller's vertical force (N)) of
+        #: soles on a deformable support at the end of each shift (the contact to break unloaded:
+        #: the next stance's support alone loaded)
+        self.sink_log: list[tuple[str, float, float]] = []
         self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
 
     def _com_of(self, step) -> np.ndarray:
@@ -159,7 +186,8 @@ class StanceAgent(Agent):
                 removed = sorted(sa - sb)
                 com = self._held_com(sorted(sb), com)
                 out.append(dict(kind="shift", support=sorted(sa), com=com, q=b.q, quat=b.base_quat,
-                                unload=[c.limb for c in removed], next=sorted(sb)))
+                                unload=[c.limb for c in removed], next=sorted(sb), sinks=dict(b.sinks),
+                                forces=_limb_forces(b)))
                 out.append(dict(kind="release", support=sorted(sb), limbs=[c.limb for c in removed], com=com,
                                 q=b.q, quat=b.base_quat))
             else:                                      # Adj+: swing the limb onto the new contact
@@ -175,7 +203,10 @@ class StanceAgent(Agent):
                 before = [c for s in stances[:i + 1] for c in s if c.limb == new.limb]
                 # a foot to or from a rung: it travels on the robot's side of the ladder
                 rung = surf.kind == "bar" or (bool(before) and self.model.surfaces[before[-1].surface].kind == "bar")
-                out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, target=tgt, normal=normal,
+                # on a deformable support the sole lands where it will stand once loaded: its sink
+                # in the next step that loads it
+                tgt = tgt - next((s.sinks[new.limb] for s in steps[i + 2:] if new.limb in s.sinks), 0.0) * normal
+                out.append(dict(kind="swing", support=sorted(sa), limb=new.limb, contact=new, target=tgt, normal=normal,
                                 com=com, q=b.q, quat=b.base_quat, grip=grip, rot=rot, rung=rung))
                 out.append(dict(kind="load", support=sorted(sb), load=[new.limb], com=com, q=b.q,
                                 quat=b.base_quat))
@@ -223,6 +254,11 @@ class StanceAgent(Agent):
                 above = ph["target"] + LIFT * ph["normal"]
                 rise = x + 0.3 * (above - x)     # an arc: up to the target's height early on
                 rise[2] = max(x[2], above[2]) + 0.03
+                if ph["limb"] in hum.FEET and st.terrain_height(self.model, x[0] + TOE_AHEAD) > x[2] + STEP_FACE:
+                    # a step's face just ahead of the toe: rise clear of it first, drawn back a
+                    # little (moving forward as it rose, the toe dragged up the face and the foot
+                    # pitched; the shin caught the step's edge and soft eval task 2 fell backwards)
+                    rise[:2] = x[:2] - np.array([FACE_CLEAR, 0.0])
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
                 if ph["limb"] in hum.FEET and ph["rung"] and self.model.ladder_planes:
@@ -281,7 +317,7 @@ class StanceAgent(Agent):
                 # load phase's pressing force closes the gap (it waited out both tries, then held)
                 done = True
             elif timed_out:
-                self._swing_timed_out(ph)
+                self._swing_timed_out(ph, obs)
         elif ph["kind"] == "load":
             done |= self.t_phase >= LOAD_TIME
         elif ph["kind"] == "centre":
@@ -315,15 +351,36 @@ class StanceAgent(Agent):
                     ph["t_arrived"] = self.t_phase
                 elif self.t_phase >= ph["T"] + PHASE_TIMEOUT:
                     # the CoM never got over the next support: releasing a contact now drops
-                    # the robot; stay in this stance, back where the shift began
-                    self.events.append((self.k, "shift timed out"))
-                    self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com0"], q=ph["q0"],
-                                                 quat=ph["quat0"])]
-                    self.t_phase = -self.env.unwrapped.control_dt
+                    # the robot; stay in this stance, back where the shift began (or replan)
+                    self._shift_failed(ph, "shift timed out", obs)
             r = min(1.0, (self.t_phase - ph["t_arrived"]) / LOAD_TIME) if "t_arrived" in ph else 0.0
             for limb in ph["unload"]:
                 ref["soft"][limb] = W_UNLOAD * r ** 2
+            # on a deformable support the sinks follow the forces: as the contact to break unloads,
+            # the soft contacts take the plan's forces (where its configuration stands sunk)
+            ref["track"] = {limb: (f, W_FORCE * r) for limb, f in ph["forces"].items() if limb in ph["sinks"]}
             done = r >= 1.0
+            if done and max(np.linalg.norm(self.qp_forces.get(limb, 0.0)) for limb in ph["unload"]) > UNLOAD_TOL:
+                # the contact to break still carries load (the next support cannot take it all
+                # where the CoM is): releasing it now throws the load on the others (eval slope 9:
+                # 78 N on the released sole, a fall); wait, then give up the shift
+                done = False
+                if self.t_phase >= ph["t_arrived"] + LOAD_TIME + UNLOAD_WAIT:
+                    self._shift_failed(ph, "unload failed", obs)
+            if done and ph["sinks"]:
+                # quasi-static, the next support alone loaded (the contact to break unloaded, not
+                # yet released): the simulated sinks, averaged over SINK_SETTLE (the pad's dent
+                # follows the controller's force ripple), against the plan's
+                ph.setdefault("t_unloaded", self.t_phase)
+                ph.setdefault("sink_samples", []).append(
+                    [info.get("sink", {}).get(limb, np.nan) for limb in sorted(ph["sinks"])]
+                    + [float(self.qp_forces.get(limb, np.zeros(3))[2]) for limb in sorted(ph["sinks"])])
+                done = self.t_phase >= ph["t_unloaded"] + SINK_SETTLE
+                if done:
+                    mean = np.mean(ph["sink_samples"], axis=0)
+                    k = len(ph["sinks"])
+                    self.sink_log += [(limb, ph["sinks"][limb], float(mean[j]), float(ph["forces"][limb][2]),
+                                       float(mean[k + j])) for j, limb in enumerate(sorted(ph["sinks"]))]
         self._qp(ref, com, Jc, nu, limb_task, quat)
         self.t_phase += self.env.unwrapped.control_dt
         if done and self.k < len(self.phases) - 1:
@@ -397,7 +454,7 @@ class StanceAgent(Agent):
         r = st.stability_margin(self.model, support, self.model.robot.total_mass, com[:2])
         return r is not None and r[0] >= BALANCE_MARGIN
 
-    def _swing_timed_out(self, ph: dict) -> None:
+    def _swing_timed_out(self, ph: dict, obs) -> None:
         """A swing that did not land within its time: the limb is not loaded (the next stance
         would lean on a contact that is not there). Retry it from where the limb is, up to
         SWING_RETRIES times; then stay in the swing's stance (its support holds the robot, in
@@ -415,6 +472,35 @@ class StanceAgent(Agent):
         self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com"], q=ph["q0"],
                                      quat=ph["quat"])]
         self.t_phase = -self.env.unwrapped.control_dt
+        self._replan(ph["support"], ("add", ph["limb"], ph["contact"].surface), obs)
+
+    def _shift_failed(self, ph: dict, why: str, obs) -> None:
+        """A shift that cannot release its contact: stay in its stance, back where it began, and
+        replan from there without that release."""
+        self.events.append((self.k, why))
+        self.phases[self.k:] = [dict(kind="hold", support=ph["support"], com=ph["com0"], q=ph["q0"], quat=ph["quat0"])]
+        self.t_phase = -self.env.unwrapped.control_dt
+        self._replan(ph["support"], ("release", ph["unload"][0]), obs)
+
+    def _replan(self, stance, move: tuple, obs) -> None:
+        """Plan again from ``stance`` and the robot's current configuration, without ``move``
+        from that stance (nor any move that failed before this episode), at most MAX_REPLANS
+        times an episode; on success the FSM follows the new plan from its first phase, else the
+        robot keeps holding the stance."""
+        if self.replans >= MAX_REPLANS:
+            return
+        self.replans += 1
+        self._exclude.add((st.stance_key(stance), move))
+        obs = np.asarray(obs, dtype=np.float64)
+        x = (obs[42:45], obs[45:49] / np.linalg.norm(obs[45:49]), obs[:21])
+        plan = st.plan(self._task, time_limit=self.time_limit, max_nodes=self.max_nodes, start=(stance, x),
+                       exclude=frozenset(self._exclude))
+        self.plan_seconds += plan.seconds
+        self.events.append((self.k, f"replanned: {plan.status}"))
+        if plan.solved:
+            self.plan = plan
+            self.phases = self._phases()
+            self.k = 0
 
     def _qp(self, ph: dict, com, Jc, nu, limb_task, quat) -> np.ndarray | None:
         model, rob = self.model, self.model.robot
@@ -440,6 +526,10 @@ class StanceAgent(Agent):
                 pts = o + np.asarray(hum.LIMB_POINTS[c.limb]) @ Rf.T
                 if model.surfaces[c.surface].kind == "bar":
                     pts = np.array([fp[0] for fp in fps])
+                elif model.surfaces[c.surface].solid is not None:
+                    # on a deformable support a moment tilts the sole into the pad: the forces'
+                    # centre of pressure is kept to the sole's middle
+                    pts = pts.mean(axis=0) + SOFT_COP * (pts - pts.mean(axis=0))
             else:
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
@@ -494,6 +584,12 @@ class StanceAgent(Agent):
         a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
         Jp = np.zeros((21, n))
         Jp[:, 6:] = np.eye(21)
+        if limb_task is not None:
+            # the swinging limb follows its path, not the posture reference: that interpolates
+            # its joints straight to the landing pose, which drew a foot rising from the floor
+            # forward into the step's face (soft eval tasks 1, 2, 4, 7 fell in that swing)
+            keep = np.setdiff1d(np.arange(21), _LIMB_JOINTS[limb_task[0]])
+            Jp, a_post = Jp[keep], a_post[keep]
         task(Jp, a_post, W_POSTURE)
         e_ori = (Rotation.from_quat(ph["quat"]) * Rotation.from_quat(quat).inv()).as_rotvec()
         Jo = np.zeros((3, n))
@@ -514,6 +610,15 @@ class StanceAgent(Agent):
             hi_l += [hum.GRIP_FORCE if kind == "grasp" else np.inf] * K.shape[1]
             H[n + col:n + col + K.shape[1], n + col:n + col + K.shape[1]] += w_soft * np.eye(K.shape[1])
             col += K.shape[1]
+        for limb, (f_plan, w) in ph.get("track", {}).items():      # w ||sum K lambda - f_plan||^2
+            sel = np.zeros((3, m))
+            c0 = 0
+            for _, K, _, _, lb in gens:
+                if lb == limb:
+                    sel[:, c0:c0 + K.shape[1]] = K
+                c0 += K.shape[1]
+            H[n:n + m, n:n + m] += w * sel.T @ sel
+            g[n:n + m] -= w * sel.T @ f_plan
         S = np.zeros((n, 21))
         S[6:, :] = np.eye(21)
         A_dyn = np.hstack([M, -Bf, -S, np.zeros((n, k))])
@@ -546,3 +651,11 @@ class StanceAgent(Agent):
     def _q(rob) -> np.ndarray:
         return np.array([s[0] for s in p.getJointStates(rob.body, [int(j) for j in rob.joints],
                                                         physicsClientId=rob.client)])
+
+
+def _limb_forces(step) -> dict[str, np.ndarray]:
+    """The plan step's total contact force on each limb (N, world frame)."""
+    out: dict[str, np.ndarray] = {}
+    for limb, _, f, *_ in step.points:
+        out[limb] = out.get(limb, 0.0) + np.asarray(f, float)
+    return out

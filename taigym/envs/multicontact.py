@@ -5,7 +5,10 @@ pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
 scene sampled from four families (:mod:`taigym.envs.multicontact_tasks`): a high step with a
 handrail, a gap crossed with a hand on a wall, a steep slope with a handrail and an inclined
-ladder. The robot starts standing on the floor at x = 0 facing +x; the task's goal is a point
+ladder; a fifth, ``soft`` (``family="soft"``), is a step whose top is a linear-elastic pad (the
+paper's extension to deformable supports): the pad's top face is a heightfield that a
+finite-element model of the pad moves with the robot's contact forces every physics step
+(:mod:`taigym.sim.soft_support`). The robot starts standing on the floor at x = 0 facing +x; the task's goal is a point
 where the midpoint of its soles must end. Hands may grasp bars (handrails, rungs): a grasp is a
 point-to-point constraint transmitting at most 600 N, made when the hand is commanded to grip
 within 2 cm of the bar's surface, released when the command stops.
@@ -48,7 +51,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 ## Episode end
 
 * Termination: success (both feet touch the scene and the soles' midpoint is within
-  ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder and the soft step) or a fall (the torso, waist or
+  ``task.goal_radius`` of the goal: 0.3 m, 0.15 m on the ladder) or a fall (the torso, waist or
   pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
   of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
   upright).
@@ -60,17 +63,20 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``contacts``
 (dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
-``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``.
+``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``, ``sink``
+(dict foot -> the pad's simulated sink under the sole's centre, m, for the feet touching a soft
+pad; empty on rigid scenes).
 
 ## Arguments
 
 ``gym.make("taigym/MultiContact-v1", family=None, task_split=None, control="torque", horizon=60.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
 effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=1/60)``:
-``family`` fixes the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a
-fixed split; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The
-control step is ``control_dt`` (default 1/60 s = 4 physics steps of 1/240 s; a multiple of
-1/240 s up to 0.1 s); the progress, alive and effort terms are per control step.
+``family`` fixes the scene family of sampled tasks (default: one of the four rigid ones);
+``task_split="train"|"eval"`` samples from a fixed split (``family="soft"``: the soft split);
+``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
+``control_dt`` (default 1/60 s = 4 physics steps of 1/240 s; a multiple of 1/240 s up to
+0.1 s); the progress, alive and effort terms are per control step.
 
 Why torque control at 60 Hz by default: it is the mode of the env's expert (the ``stance``
 agent's QP computes joint torques; pybullet's position motors are stiff velocity constraints
@@ -85,7 +91,9 @@ Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains avai
 
 * v1: the defaults are ``control="torque"`` and ``control_dt=1/60`` (v0: ``"pd"``, 0.05 s);
   everything else is v0's. A new id because the default action now means torques, not position
-  targets: results and policies obtained with v0's defaults do not carry over.
+  targets: results and policies obtained with v0's defaults do not carry over. Added with it
+  (both versions, nothing of the four rigid families changes): the ``soft`` family and
+  ``info["sink"]``.
 * v0: first version (Bouyarmane 2011's four scene families).
 """
 
@@ -320,18 +328,19 @@ class MultiContactEnv(gym.Env):
         return bool(up[2] < math.cos(FALL_TILT))
 
     def sinks(self) -> dict[str, float]:
-        """Per foot touching a soft pad: how far its sole is below the pad's undeformed top (m,
-        the mean over its four corners; positive down)."""
+        """Per foot touching a soft pad: the pad's simulated sink under it, the depression of the
+        pad's top face below the sole's centre (m, positive down; the finite-element model's
+        state, not the sole's height, which pybullet's contact penetration blurs by a millimetre
+        as the face moves)."""
         out = {}
         if not self.soft:
             return out
         touching = self._touching_links()
         for f in hum.FEET:
-            pts = self.robot.limb_points(f)
-            mid = pts.mean(axis=0)
+            mid = self.robot.limb_points(f).mean(axis=0)
             for sup in self.soft:
                 if hum.LIMB_LINK[f] in touching and sup.block.contains(mid[0], mid[1]):
-                    out[f] = float(sup.block.top - pts[:, 2].mean())
+                    out[f] = sup.dent(mid[0], mid[1])
         return out
 
     def sole_midpoint(self) -> np.ndarray:

@@ -20,12 +20,12 @@ family            scene (sampled ranges)
                   the sole twists the body, which one sole's friction barely holds
 ``ladder``        a ladder inclined at 65-75 deg, rungs (r = 2 cm) every 0.25-0.30 m from one
                   rung-spacing up; goal: the feet on the third rung
-``soft``          a step (0.25-0.40 m) whose first 0.7 m is a linear-elastic pad (0.4 m wide,
+``soft``          a step (0.25-0.40 m) whose first 0.9 m is a linear-elastic pad (as wide as the step,
                   0.1 m thick; Young's modulus E 0.25-4 MPa, log-uniform around the paper's
                   1 MPa; nu = 0.4, rho = 1000 kg/m^3; :class:`taigym.sim.soft_support.SoftBlock`)
                   on a rigid base, starting 0.35-0.6 m ahead, with the step family's handrail;
-                  goal: the soles' midpoint within 0.15 m of a point on the pad 0.45 m in (the paper's
-                  extension to linear-elasticity models)
+                  goal on the pad as the step family's, 0.55 m in (the paper's extension to
+                  linear-elasticity models)
 ================  =============================================================================
 
 The paper's contacts are between a robot link surface and an environment surface, at a position
@@ -59,8 +59,8 @@ SPLIT_SIZES = {"train": 1000, "eval": 100}
 _SPLIT_SEEDS = {"train": (20261122, 0), "eval": (20261122, 1)}
 SOFT_SPLIT_SIZES = {"train": 400, "eval": 40}
 _SOFT_SPLIT_SEEDS = {"train": (20261127, 0), "eval": (20261127, 1)}
-SOFT_LENGTH = 0.7           #: m of the soft step covered by its pad, from the step's front edge
-SOFT_GOAL = 0.45            #: m from the step's front edge to the soft family's goal
+SOFT_LENGTH = PAD_SIZE[0]   #: m of the soft step covered by its pad, from the step's front edge
+SOFT_GOAL = 0.55            #: m from the step's front edge to the soft family's goal (as the step's)
 FLOOR_FRICTION = 0.9
 SLOPE_FRICTION = 0.55
 BAR_RADIUS = 0.02
@@ -155,7 +155,7 @@ class MultiContactTask:
         level with the step's); :meth:`scene` holds the rigid geometry only."""
         if self.family != "soft":
             return []
-        return [SoftBlock(x0=self.start, top=self.size, E=self.stiffness, size=(SOFT_LENGTH,) + PAD_SIZE[1:])]
+        return [SoftBlock(x0=self.start, top=self.size, E=self.stiffness)]
 
     def rungs(self) -> list[tuple[float, float]]:
         """Ladder rung axes (x, z), m, lowest first."""
@@ -193,9 +193,8 @@ class MultiContactTask:
 
     @property
     def goal_radius(self) -> float:
-        """m: success when the soles' midpoint is this close to :meth:`goal` (soft: both soles on
-        the pad; at 0.3 m one on the floor and one on the pad's front would do)."""
-        return 0.15 if self.family in ("ladder", "soft") else 0.3
+        """m: success when the soles' midpoint is this close to :meth:`goal`."""
+        return 0.15 if self.family == "ladder" else 0.3
 
     def surfaces(self) -> list[Surface]:
         """The environment contact surfaces of contacts of Bouyarmane 2011 (module docstring)."""
@@ -219,9 +218,11 @@ class MultiContactTask:
                                FLOOR_FRICTION, left, lateral=False, radius=BAR_RADIUS))
         elif f == "soft":
             h = self.size
-            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.11), FLOOR_FRICTION, feet))
-            # soles wholly on the pad, a centimetre clear of its far end
-            out.append(Surface("step", "plane", (0, 0, h), (1, 0, 0), up, (s + 0.11, s + SOFT_LENGTH - 0.12),
+            # a sole on the floor stays 5 cm short of the step's face (at the face, the toe dragged up
+            # it in the swing onto the pad: the foot pitched and the shin caught the pad's edge)
+            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.16), FLOOR_FRICTION, feet))
+            # soles wholly on the pad, clear of its rigid rim (1 cm) and a centimetre more
+            out.append(Surface("step", "plane", (0, 0, h), (1, 0, 0), up, (s + 0.13, s + SOFT_LENGTH - 0.13),
                                FLOOR_FRICTION, feet, solid=self.soft_blocks()[0]))
             out.append(Surface("rail", "bar", (0, RAIL_Y, h + 0.7), (1, 0, 0), up, (s - 1.0, s + 1.5),
                                FLOOR_FRICTION, left, lateral=False, radius=BAR_RADIUS))

@@ -30,15 +30,15 @@ from taigym.sim import humanoid as hum
 
 from .stance_check import check_step
 from .stance_ik import (FOOT_PLANE_CLEARANCE, HAND_PLANE_CLEARANCE, LIFT_TOL, POS_TOL, SWING_CLEARANCE, solve_ik,
-                        solve_transition)
+                        solve_transition, terrain_height)
 from .stance_model import Contact, Plan, StanceModel, StanceTask, Step, stance_key
 from .stance_statics import (GRASP_GENERATORS, com_accel_margin, com_target, cone_generators, contact_forces,
                              stability_margin)
 
 __all__ = ["COM_ACCEL_MARGIN", "Contact", "FOOT_PLANE_CLEARANCE", "GRASP_GENERATORS", "HAND_PLANE_CLEARANCE", "LIFT_TOL",
            "POS_TOL", "Plan", "SWING_CLEARANCE", "StanceModel", "StanceTask", "Step", "adjacent_moves", "check_step",
-           "com_accel_margin", "com_target", "cone_generators", "contact_forces", "plan", "solve_ik",
-           "solve_transition", "stability_margin", "stance_key", "start_state"]
+           "com_accel_margin", "com_target", "cone_generators", "contact_forces", "move_signature", "plan", "solve_ik",
+           "solve_transition", "stability_margin", "stance_key", "start_state", "terrain_height"]
 
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
 SINGLE_SUPPORT_COST = 3.0   #: search cost (step lengths) of a one-contact stance left by releasing a hand
@@ -64,6 +64,15 @@ def _heuristic(model: StanceModel, stance, goal: np.ndarray) -> float:
     return (d + dh / 3.0) / STEP_LENGTH + 0.5 * (2 - len(feet))
 
 
+def move_signature(stance, child) -> tuple:
+    """What a move changes: ("add", limb, surface) or ("release", limb) (positions aside)."""
+    added, removed = set(child) - set(stance), set(stance) - set(child)
+    if added:
+        c = added.pop()
+        return ("add", c.limb, c.surface)
+    return ("release", removed.pop().limb)
+
+
 def start_state(model: StanceModel):
     """The env's initial configuration and the stance it stands in (both soles on the floor)."""
     hum.place_standing(model.robot, x=0.0)
@@ -77,16 +86,27 @@ def start_state(model: StanceModel):
 
 
 def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 400,
-         goal: np.ndarray | None = None, goal_radius: float | None = None) -> Plan:
+         goal: np.ndarray | None = None, goal_radius: float | None = None, start=None,
+         exclude=frozenset()) -> Plan:
     """Best-first search for a stance sequence from the start stance to one with both feet
-    within ``goal_radius`` (default: the task's) of ``goal`` (default: the task's)."""
+    within ``goal_radius`` (default: the task's) of ``goal`` (default: the task's).
+
+    ``start``: (stance, (base position, base quaternion, joint angles)) to plan from instead of
+    the env's initial stance (a replan from where the robot stands; the configuration is first
+    settled on the stance's contacts). ``exclude``: moves not to take, as (stance_key of the
+    stance moved from, :func:`move_signature`) pairs (a transition that failed when executed)."""
     t0 = time.perf_counter()
     model = StanceModel(task)
     goal = task.goal() if goal is None else np.asarray(goal, float)
     radius = task.goal_radius if goal_radius is None else float(goal_radius)
     out = Plan("exhausted")
     try:
-        step0, stance0 = start_state(model)
+        if start is None:
+            step0, stance0 = start_state(model)
+        else:
+            stance0 = tuple(sorted(start[0]))
+            res = solve_ik(model, start[1], stance0, stance0)
+            step0 = None if res is None else res[0]
         out.ik_calls += 1
         if step0 is None:
             out.status = "exhausted"
@@ -134,7 +154,7 @@ def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 
                 out.steps = [c[1] for c in chain]
                 return out
             for estimate, move in adjacent_moves(model, stance, (step.base_pos, step.base_quat, step.q), goal):
-                if stance_key(estimate) in seen:
+                if stance_key(estimate) in seen or (key, move_signature(stance, estimate)) in exclude:
                     continue
                 counter += 1
                 # a stance of one contact reached by letting go of a hand (the robot on one sole

@@ -31,22 +31,29 @@ the pad's). Below the heightfield a rigid core keeps links off the pad's sides.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pybullet as p
-from scipy.linalg import lu_factor, lu_solve
+from scipy.linalg import LinAlgWarning, lu_factor, lu_solve
 
 from . import fem
 
-PAD_SIZE = (0.7, 0.4, 0.1)      #: m, length (x), width (y), thickness of a soft pad
+PAD_SIZE = (0.9, 2.0, 0.1)      #: m, length (x), width (y), thickness of a soft pad
 HF_SPACING = 0.02               #: m, the heightfield's and the fine mesh's node spacing
 FINE_HALF_WIDTH = 0.16          #: m, the mesh is fine (HF_SPACING) for |y - centre| <= this
 PAD_LEVELS = (0.0, 0.4, 0.7, 0.9, 1.0)   #: layer levels as fractions of the thickness: finer near the top
 PIN_DEPTH = 0.05                #: m, the heightfield's fixed lower bound (deepest dent it represents)
 CORE_GAP = 0.03                 #: m, the rigid core stops this far below the pad's top
+HF_MARGIN = 5e-4                #: m, the heightfield's collision margin (see SoftSupport)
+RIM = 0.01                      #: m, width of the rigid rim along the pad's edges (see SoftSupport)
+RIM_GAP = 0.002                 #: m, the rim stops this far below the pad's top
 FOOTPRINT_TILT = 0.01           #: m, a face's corners this close to its lowest bear on the pad
 FOOTPRINT_HYSTERESIS = 0.003    #: m, see SoftSupport.update
+#: m, a face bears on the top nodes within this of it: with only the nodes strictly under a
+#: sole, it bridged the dent on the triangles beyond its last row (0.5 mm above a 1.07 mm dent)
+FOOTPRINT_GROW = 0.5 * HF_SPACING
 #: s, the pad's viscoelastic retardation time (Kelvin-Voigt: the strain follows the quasi-static
 #: response of the load with this time constant; foams' loss factors of 0.1-0.5 at 1-10 Hz give
 #: 5-50 ms). It also keeps the explicit coupling from ringing: applied at once (the wave time,
@@ -77,12 +84,18 @@ class SoftBlock:
 
     def mesh(self) -> fem.BoxMesh:
         """The pad's mesh: HF_SPACING along x and, within FINE_HALF_WIDTH of the centre line,
-        along y; one cell out to each side; layers finer towards the top (PAD_LEVELS)."""
+        along y; beyond, cells doubling out to each side; layers finer towards the top
+        (PAD_LEVELS)."""
         L, W, T = self.size
         nx = int(round(L / HF_SPACING))
         xs = self.x0 + np.linspace(0.0, L, nx + 1)
         fine = np.arange(-FINE_HALF_WIDTH, FINE_HALF_WIDTH + 1e-9, HF_SPACING)
-        ys = self.y0 + np.r_[-W / 2, fine, W / 2]
+        out, h = [], 2 * HF_SPACING
+        while FINE_HALF_WIDTH + sum(out) + h < W / 2 - 1e-9:
+            out.append(h)
+            h *= 2
+        side = FINE_HALF_WIDTH + np.cumsum(out + [W / 2 - FINE_HALF_WIDTH - sum(out)])
+        ys = self.y0 + np.r_[-side[::-1], fine, side]
         zs = self.top - T + np.asarray(PAD_LEVELS) * T
         return fem.BoxMesh(tuple(xs), tuple(ys), tuple(zs))
 
@@ -104,9 +117,11 @@ class SoftBlock:
         return self.size[2] / np.sqrt(fem.uniaxial_modulus(self.E, self.nu) / self.rho)
 
 
-def top_nodes_under(solid: fem.LinearElasticSolid, polygon: np.ndarray, tol: float = 1e-3) -> np.ndarray:
+def top_nodes_under(solid: fem.LinearElasticSolid, polygon: np.ndarray, tol: float = FOOTPRINT_GROW) -> np.ndarray:
     """The solid's top nodes whose (x, y) lie inside the convex polygon (k, 2) grown by ``tol``
-    (m); for fewer than three points, the nodes within ``tol`` + half a spacing of them."""
+    (m; by default half a node spacing: the nodes whose cells the face covers, as the
+    heightfield's triangles between a face's last node inside and first outside bear its edge);
+    for fewer than three points, the nodes within ``tol`` + half a spacing of them."""
     mesh = solid.mesh
     poly = np.asarray(polygon, float)[:, :2]
     # candidates: the top grid's nodes in the polygon's bounding box (grown by a spacing)
@@ -193,10 +208,12 @@ class Punches:
             row, col = row + b.shape[0], col + b.shape[1]
         self.A = np.block([[C, -Phi], [Phi.T, np.zeros((m, m))]])
         self.widths = [b.shape[1] for b in blocks]
-        try:
-            self._lu = lu_factor(self.A)
-        except (np.linalg.LinAlgError, ValueError):
-            self._lu = None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LinAlgWarning)
+            lu, piv = lu_factor(self.A, check_finite=False)
+        # nodes on a line (an edge contact): a moment about it has no stiffness, the matrix is singular
+        singular = np.abs(np.diag(lu)).min() <= 1e-12 * np.abs(np.diag(lu)).max()
+        self._lu = None if singular else (lu, piv)
 
     def solve(self, wrenches) -> tuple[np.ndarray, list[np.ndarray]]:
         """Nodal loads (k, 3) on ``all_nodes`` (N) and each punch's rigid motion (t, theta) for
@@ -204,9 +221,10 @@ class Punches:
         fewer than three nodes takes the force only."""
         rhs = np.concatenate([np.asarray(w, float)[:k] for w, k in zip(wrenches, self.widths)])
         b = np.r_[np.zeros(3 * len(self.all_nodes)), rhs]
-        sol = lu_solve(self._lu, b) if self._lu is not None else None
-        if sol is None or not np.all(np.isfinite(sol)):   # nodes on a line (an edge contact): a moment
-            sol = np.linalg.lstsq(self.A, b, rcond=1e-10)[0]    # about it has no stiffness
+        if self._lu is not None:
+            sol = lu_solve(self._lu, b, check_finite=False)
+        else:                   # singular (see __init__): the least-squares loads
+            sol = np.linalg.lstsq(self.A, b, rcond=1e-10)[0]
         motions, col = [], 3 * len(self.all_nodes)
         for k in self.widths:
             motions.append(sol[col:col + k])
@@ -241,21 +259,34 @@ class SoftSupport:
         self.shape = p.createCollisionShape(p.GEOM_HEIGHTFIELD, heightfieldData=list(pin.ravel()), **self._hf_args)
         centre = [block.x0 + L / 2, block.y0, block.top - PIN_DEPTH / 2]
         self.body = p.createMultiBody(0.0, self.shape, -1, centre, [0, 0, 0, 1], physicsClientId=client)
-        p.changeDynamics(self.body, -1, lateralFriction=float(friction), physicsClientId=client)
+        # Bullet gives a heightfield a collision margin of centimetres: links then touched the pad
+        # that far above it (a shin 4 cm over the pad's edge caught on it, soft eval task 2 fell)
+        p.changeDynamics(self.body, -1, lateralFriction=float(friction), collisionMargin=HF_MARGIN,
+                         physicsClientId=client)
         if visual:
             p.changeVisualShape(self.body, -1, rgbaColor=(0.45, 0.62, 0.45, 1.0), physicsClientId=client)
         self._set_heights(np.zeros(len(self.hx) * ny))
-        core_h = T - CORE_GAP
-        col = p.createCollisionShape(p.GEOM_BOX, halfExtents=[L / 2, W / 2, core_h / 2], physicsClientId=client)
-        vis = p.createVisualShape(p.GEOM_BOX, halfExtents=[L / 2, W / 2, core_h / 2], rgbaColor=(0.45, 0.62, 0.45, 1.0),
-                                  physicsClientId=client) if visual else -1
-        self.core = p.createMultiBody(0.0, col, vis, [block.x0 + L / 2, block.y0, block.top - T + core_h / 2],
-                                      [0, 0, 0, 1], physicsClientId=client)
-        p.changeDynamics(self.core, -1, lateralFriction=float(friction), physicsClientId=client)
+        # a rigid core below the top face, and a rim along its edges up to RIM_GAP below the top:
+        # without it a toe rising along the pad's front slid into the slot between the core and
+        # the heightfield's edge and jammed there (soft eval task 2: the swing pushed the robot
+        # over backwards)
+        core_h, rim_h = T - CORE_GAP, T - RIM_GAP
+        x0, y0, z0 = block.x0, block.y0, block.top - T
+        parts = [((L, W, core_h), (x0 + L / 2, y0))]
+        parts += [((RIM, W, rim_h), (x0 + RIM / 2, y0)), ((RIM, W, rim_h), (x0 + L - RIM / 2, y0))]
+        parts += [((L, RIM, rim_h), (x0 + L / 2, y0 + sgn * (W - RIM) / 2)) for sgn in (-1.0, 1.0)]
+        self.core = []
+        for (sx, sy, sz), (cx, cy) in parts:
+            col = p.createCollisionShape(p.GEOM_BOX, halfExtents=[sx / 2, sy / 2, sz / 2], physicsClientId=client)
+            vis = p.createVisualShape(p.GEOM_BOX, halfExtents=[sx / 2, sy / 2, sz / 2], rgbaColor=(0.45, 0.62, 0.45, 1.0),
+                                      physicsClientId=client) if visual else -1
+            body = p.createMultiBody(0.0, col, vis, [cx, cy, z0 + sz / 2], [0, 0, 0, 1], physicsClientId=client)
+            p.changeDynamics(body, -1, lateralFriction=float(friction), physicsClientId=client)
+            self.core.append(body)
 
     @property
     def body_ids(self) -> list[int]:
-        return [self.body, self.core]
+        return [self.body] + self.core
 
     def _set_heights(self, h: np.ndarray) -> None:
         p.createCollisionShape(p.GEOM_HEIGHTFIELD, heightfieldData=list(map(float, h)),
@@ -292,8 +323,8 @@ class SoftSupport:
             # each new footprint a new factorisation)
             prev = self._footprints.get(link)
             if prev is not None and not np.array_equal(prev, nodes):
-                inner = top_nodes_under(self.solid, shape, tol=-FOOTPRINT_HYSTERESIS)
-                outer = top_nodes_under(self.solid, shape, tol=FOOTPRINT_HYSTERESIS)
+                inner = top_nodes_under(self.solid, shape, tol=FOOTPRINT_GROW - FOOTPRINT_HYSTERESIS)
+                outer = top_nodes_under(self.solid, shape, tol=FOOTPRINT_GROW + FOOTPRINT_HYSTERESIS)
                 if np.isin(inner, prev).all() and np.isin(prev, outer).all():
                     nodes = prev
             faces.append(nodes)
