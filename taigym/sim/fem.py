@@ -250,14 +250,13 @@ class _UnitFactor:
         return np.hstack([self._cols[int(i)] for i in nodes])
 
     def _compute(self, missing: list[int]) -> None:
-        for start in range(0, len(missing), 64):       # batches bound the dense right-hand sides
-            batch = missing[start:start + 64]
-            F = np.zeros((self.n, 3 * len(batch)))
-            for k, i in enumerate(batch):
-                F[3 * i:3 * i + 3, 3 * k:3 * k + 3] = np.eye(3)
-            U = self.solve(F)[self._obs_dofs]
-            for k, i in enumerate(batch):
-                self._cols[i] = U[:, 3 * k:3 * k + 3].copy()
+        # one node's three columns per solve: SuperLU's blocked solve rounds a column differently
+        # with other right-hand sides beside it, and a column must not depend on which others
+        # were asked for with it (results would then depend on the cache's history)
+        for i in missing:
+            F = np.zeros((self.n, 3))
+            F[3 * i:3 * i + 3] = np.eye(3)
+            self._cols[i] = self.solve(F)[self._obs_dofs].copy()
 
     def preload(self, nodes: np.ndarray) -> None:
         path = os.path.join(cache_dir(), "fem", self.key + ".npz")
