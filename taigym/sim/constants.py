@@ -15,3 +15,7 @@ BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
                           # scheme's own numerical viscosity dominates)
+
+# Shared physical and control constants: defined here once, imported everywhere else.
+GRAVITY = 9.81            # m/s^2, magnitude; gravity points along -y in 2D and -z in 3D
+CONTROL_DT = 0.05         # s: the envs' default control step (DESIGN.md §2)
