@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 export TI_SKIP_VERSION_CHECK := ON
 export WANDB_MODE ?= offline
 
-.PHONY: setup demo test test-slow bench validate clean
+.PHONY: setup demo test test-integration test-slow bench validate clean
 
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ demo: setup          ## the main job: benchmark table, plot and video under out/
 # most of a test's time is one core compiling or stepping a Taichi solver.
 test: setup          ## fast tests (CI)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile
+
+test-integration: setup  ## end-to-end checks of more than ~20 s each
+	$(BIN)/python -m pytest -q -m integration -n auto --dist loadfile
 
 test-slow: setup     ## long physics validation checks
 	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile

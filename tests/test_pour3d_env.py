@@ -107,8 +107,9 @@ def test_bad_input_is_named(env):
     with pytest.raises(ValueError, match="reset option"):
         env.reset(seed=0, options={"tsak": None})
     env.reset(seed=0, options={"task": seed000_scenes()["far"]})
-    with pytest.raises(ValueError, match="action"):
-        env.step(np.zeros(3))
+    for bad in (np.zeros(3), np.full(7, np.nan)):
+        with pytest.raises(ValueError, match=r"action must be 7 finite numbers of shape \(7,\) in \[-1, 1\]"):
+            env.step(bad)
 
 
 def test_sqp_plans_a_collision_free_joint_trajectory_within_limits(env):

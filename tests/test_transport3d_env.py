@@ -113,8 +113,9 @@ def test_bad_input_is_named(env, eval_tasks):
     with pytest.raises(ValueError, match="reach"):
         env.reset(seed=0, options={"task": far})
     env.reset(seed=0, options={"task": eval_tasks[0]})
-    with pytest.raises(ValueError, match="action"):
-        env.step(np.zeros(3))
+    for bad in (np.zeros(3), np.full(7, np.nan)):
+        with pytest.raises(ValueError, match=r"action must be 7 finite numbers of shape \(7,\) in \[-1, 1\]"):
+            env.step(bad)
 
 
 @pytest.mark.parametrize("layout", ["box", "shelf", "gap"])

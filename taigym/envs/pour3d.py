@@ -19,6 +19,8 @@ trapezoid rule), as in Transport3D-v0. A step that would leave the joint limits 
 joints at them; a step that would bring the arm into a box, T or the counter, S's wall into
 T's wall, a box or the counter (deeper than it already is), or S out of the liquid's box is
 not taken: the arm stops where it was (``info["action_clipped"]``, ``info["collision"]``).
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -85,7 +87,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from ._checks import reset_options
+from ._checks import check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
                    SUCCESS_MAX_SPILLED, _densify, _shape_features)
@@ -277,7 +279,8 @@ class Pour3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
+        a = check_action(action, self.action_space)
+        a, q1, qd1, self.clipped = joint_step(self.q, self.qd, a, MAX_JOINT_SPEED, CONTROL_DT)
         pose0 = self.pose
         pose1 = self.scene.sim_pose(*self.arm.container_pose(q1))
         self.collision = self._blocked(q1, pose0, pose1)

@@ -15,6 +15,8 @@ container is spilled for good.
 as a fraction of :data:`MAX_VELOCITY` = (0.8 m/s, 0.8 m/s, 2 rad/s) for (vx, vz, tilt rate).
 Over the step the velocity changes linearly from the previous one (constant acceleration), so
 the pose follows the trapezoid rule and the liquid feels that acceleration.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -75,6 +77,7 @@ from gymnasium import spaces
 from ..sim.carried import CarriedContainer2D
 from ..sim.geometry import rotate
 from . import render as _render
+from ._checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               sample_task, transport_tasks)
 
@@ -190,10 +193,7 @@ class TransportEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (3,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be 3 finite numbers in [-1, 1], got {action!r}")
-        v1 = np.clip(a, -1.0, 1.0) * MAX_VELOCITY
+        v1 = np.clip(check_action(action, self.action_space), -1.0, 1.0) * MAX_VELOCITY
         d_prev = self._distance()
         nxt = self.pose + 0.5 * (self.vel + v1) * CONTROL_DT
         mid = self.pose + 0.5 * CONTROL_DT * (0.75 * self.vel + 0.25 * v1)

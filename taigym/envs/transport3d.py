@@ -16,6 +16,8 @@ fractions of :data:`MAX_JOINT_SPEED` (2 rad/s; the Panda allows 2.2-2.6). Over t
 velocities change linearly from the previous ones, so the joint angles follow the trapezoid
 rule and the liquid feels the container's acceleration. A step that would leave the joint
 limits stops the joints at them (``info["action_clipped"]``).
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -74,6 +76,7 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from ._checks import check_action
 from .panda import CONTAINER_WALL, TO_SIM, PandaArm, joint_step
 from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
@@ -217,7 +220,8 @@ class Transport3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        _, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
+        a = check_action(action, self.action_space)
+        _, q1, qd1, self.clipped = joint_step(self.q, self.qd, a, MAX_JOINT_SPEED, CONTROL_DT)
         d_prev = self._distance()
         reward = 0.0
         if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
