@@ -1,4 +1,5 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (seed 003).
+"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane
+2011, multi-contact planning).
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
@@ -84,11 +85,11 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import CONTROL_DT
 
 from ._checks import check_action
 from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
 
-CONTROL_DT = 0.05
 PHYSICS_DT = 1.0 / 240.0
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces

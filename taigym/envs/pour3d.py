@@ -1,5 +1,6 @@
 """``taigym/Pour3D-v0``: a Franka Panda pours liquid from an axisymmetric source container S into
-a fixed target T on a counter, past box obstacles (seeds 000 and 004 in 3D).
+a fixed target T on a counter, past box obstacles (Pan & Manocha 2016 and Pan, Park & Manocha
+2016, in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client,
 :class:`taigym.envs.panda.PandaArm`) holds S from the side, its hand's approach axis horizontal,
@@ -87,6 +88,8 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from ..sim import pool
+from ..sim.constants import CONTROL_DT
 from ._checks import check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
@@ -95,13 +98,12 @@ from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .transport3d_tasks import HOME
 
-CONTROL_DT = 0.05
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
 DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
 OBS_SIZE = 52 + 7 * MAX_OBSTACLES
 SOURCE, TARGET = 0, 1                # body handles in the world; boxes after them
 PARKED = (-0.2, -0.2, -0.2, 0.0, 0.0, 0.0)    # an unused box slot: outside the domain
-MIN_CAPACITY = 16000                 # particles: S's liquid in most tasks at the default dx
+MIN_CAPACITY = 16000                 # particles: S's liquid in every sampled task at the default dx (<= 14k)
 
 
 def wall_thickness(dx: float) -> float:
@@ -249,19 +251,26 @@ class Pour3DEnv(gym.Env):
         from taigym.sim import Box3, World3D
 
         need = int(1.1 * task.source_shape(self.wall).liquid_volume(task.fill) / (0.5 * self.dx) ** 3) + 64
-        capacity = max(MIN_CAPACITY, need)
         pose = scene.sim_pose(*self.arm.container_pose(self.q))
         t_pose = (*scene.t_pose, 0.0, 0.0, 0.0)
-        if self.world is None or self._capacity < need:
-            self._capacity = capacity
-            # ceil: the grid's cells are at most dx, so that walls of 2 dx are two cells thick
-            w = World3D(size=scene.size, cells=math.ceil(scene.size[0] / self.dx), viscosity=task.viscosity,
-                        arch=self.arch, max_particles=capacity, settle_speed=SETTLE_SPEED)
-            w.add_body(scene.source, pose)
-            w.add_body(scene.target, t_pose)
-            for _ in range(MAX_OBSTACLES):
-                w.add_body(Box3(0.01, 0.01, 0.01), PARKED)
-            self.world = w.build()
+        if self.world is not None and self._capacity < need:
+            self._release_world()
+        if self.world is None:
+            # MIN_CAPACITY times a power of 2: few distinct worlds in the pool (sim.pool)
+            self._capacity = MIN_CAPACITY << max(0, math.ceil(math.log2(need / MIN_CAPACITY)))
+
+            def build():
+                # ceil: the grid's cells are at most dx, so that walls of 2 dx are two cells thick
+                w = World3D(size=scene.size, cells=math.ceil(scene.size[0] / self.dx),
+                            viscosity=task.viscosity, arch=self.arch, max_particles=self._capacity,
+                            settle_speed=SETTLE_SPEED)
+                w.add_body(scene.source, pose)
+                w.add_body(scene.target, t_pose)
+                for _ in range(MAX_OBSTACLES):
+                    w.add_body(Box3(0.01, 0.01, 0.01), PARKED)
+                return w.build()
+
+            self.world = pool.take(self._pool_key(), build)
         w = self.world
         w.clear_liquid()
         w.set_body(SOURCE, scene.source, pose)
@@ -382,7 +391,19 @@ class Pour3DEnv(gym.Env):
                             w.positions()[:, :2], w.velocities()[:, :2], particle_size=0.5 * self.dx,
                             polylines=[(links, (120, 120, 120))], boxes=sc.section.obstacles)
 
+    def _pool_key(self) -> tuple:
+        return ("Pour3D-v0", self.dx, self._capacity, self.arch)
+
+    def _release_world(self) -> None:
+        pool.give(self._pool_key(), self.world)
+        self.world = None
+
     def close(self):
+        """Disconnect the arm's pybullet client; hand the liquid's solver to the next env with
+        the same grid and capacity (``taigym.sim.pool``)."""
         if self.arm is not None:
             self.arm.close()
             self.arm = None
+        if self.world is not None:
+            self._release_world()
+            self.task = None

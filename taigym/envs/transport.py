@@ -1,7 +1,7 @@
 """``taigym/Transport-v0``: carry a filled container to a goal through clutter without spilling
-(seed 002, SFRRT*, planar).
+(the SFRRT* paper (2024), planar).
 
-The container is seed 002's frustum (bottom radius, top radius, height; 2D: its trapezoidal
+The container is the SFRRT* paper's frustum (bottom radius, top radius, height; 2D: its trapezoidal
 cross-section) filled to ``fill`` of its height, carried in a 1.2 m x 0.8 m room (x across, z
 up) past static boxes (shelves, boxes, walls with a narrow gap; see
 :mod:`taigym.envs.transport_tasks`). The liquid is simulated in the container's own frame with
@@ -28,8 +28,8 @@ A float32 vector of 49 entries:
 | 3-5 | velocity vx, vz, tilt rate | m/s, rad/s |
 | 6-8 | goal pose x, z, tilt | m, m, rad |
 | 9-11 | goal minus pose | m, m, rad |
-| 12-15 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
-| 16 | seed 002's maximum tilt at this fill | rad |
+| 12-15 | container: bottom radius, top radius, height, fill height (the SFRRT* paper's r_b, r_u, h_c, h_w) | m |
+| 16 | the SFRRT* paper's maximum tilt at this fill | rad |
 | 17 | spilled fraction so far | - |
 | 18 | time / horizon | - |
 | 19-48 | 6 obstacle slots: present (0/1), x_centre, z_centre, width, height (m; zeros if empty), nearest to the container first | - |
@@ -74,14 +74,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ..sim import pool
 from ..sim.carried import CarriedContainer2D
+from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
 from ._checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               sample_task, transport_tasks)
 
-CONTROL_DT = 0.05
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
 GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
 STILL = (0.05, 0.2)                               # m/s, rad/s
@@ -103,7 +104,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 def max_tilt_of(task: TransportTask) -> float:
-    """Seed 002's maximum tilt for the task's container and fill (rad), from the cross-section
+    """The SFRRT* paper's maximum tilt for the task's container and fill (rad), from the cross-section
     polygon (equal to ``taigym.models.max_tilt.max_tilt``'s Eqs. 1-2, which envs may not import)."""
     return task.container().max_tilt_angle(task.fill)
 
@@ -153,6 +154,7 @@ class TransportEnv(gym.Env):
         self.task: TransportTask | None = None
         self.carried: CarriedContainer2D | None = None
         self.max_steps = int(round(self.horizon / CONTROL_DT))
+        self._pool_key = ("Transport-v0", self.dx, self.viscosity)
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -169,9 +171,9 @@ class TransportEnv(gym.Env):
         check_feasible(task)
         self.task = task
         self.theta_max = max_tilt_of(task)
-        if self.carried is None:
-            self.carried = CarriedContainer2D(2 * MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx,
-                                              viscosity=self.viscosity)
+        if self.carried is None:    # a closed env's, if one had the same grid (sim.pool)
+            self.carried = pool.take(self._pool_key, lambda: CarriedContainer2D(
+                2 * MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx, viscosity=self.viscosity))
         self.carried.load(task.container(), task.fill, seed=int(self.np_random.integers(2 ** 31)))
         self.pose = np.array(task.start, dtype=np.float64)
         self.vel = np.zeros(3)
@@ -249,3 +251,9 @@ class TransportEnv(gym.Env):
         pts = self.carried.world_positions(self.pose)
         cv.particles(pts, _render.speed_colours(np.zeros(len(pts))), self.carried.world.spacing)
         return cv.img
+
+    def close(self):
+        """Hand the liquid's solver to the next env with the same grid (``taigym.sim.pool``)."""
+        if self.carried is not None:
+            pool.give(self._pool_key, self.carried)
+            self.carried, self.task = None, None
