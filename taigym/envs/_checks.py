@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 
 
-def bounded_float(name: str, value: Any, lo: float, hi: float) -> float:
-    """``float(value)``, or ``ValueError`` naming ``name`` and its range [lo, hi] if it is not a
-    finite number in it."""
+def bounded_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
+    """``float(value)``, or ``ValueError`` naming ``name`` and its range [lo, hi] ((lo, hi] if
+    ``lo_open``) if it is not a finite number in it."""
     try:
         v = float(value)
     except (TypeError, ValueError):
         v = math.nan
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be in [{lo:g}, {hi:g}], got {value!r}")
+    if not (math.isfinite(v) and (lo < v if lo_open else lo <= v) and v <= hi):
+        raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value!r}")
     return v
 
 

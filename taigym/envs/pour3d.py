@@ -70,7 +70,11 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 ## Arguments
 
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or
-``reset(options={"task": ...})``), ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
+``reset(options={"task": ...})``, which runs a given task exactly); ``container`` (S's shape, one
+of ``oval``, ``cup``, ``frustum``), ``fill`` ((0, 1]) and ``viscosity`` (Pa s, [0, 0.5]): each,
+unless None, fixes that field of every sampled task, as Pour-v0's arguments of the same names
+(the other fields are drawn as before; T is still deepened to hold 1.5x S's liquid; not with
+``task_split``); ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
 [0.005, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
@@ -90,12 +94,13 @@ from scipy.spatial.transform import Rotation
 
 from ..sim import pool
 from ..sim.constants import CONTROL_DT
-from ._checks import check_action, reset_options
+from ._checks import bounded_float, check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
                    SUCCESS_MAX_SPILLED, _densify, _shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
+from .pour_tasks import MAX_VISCOSITY
 from .transport3d_tasks import HOME
 
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
@@ -181,11 +186,25 @@ class Pour3DEnv(gym.Env):
     __doc__ = __doc__
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
 
-    def __init__(self, task_split: str | None = None, horizon: float = 5.0, dx: float = DEFAULT_DX,
-                 render_mode: str | None = None, render_size=(320, 512), spill_penalty: float = 2.0,
-                 smoothness_penalty: float = 1e-3, arch: str = "cpu", fidelity: str = "particles"):
+    def __init__(self, task_split: str | None = None, container: str | None = None,
+                 fill: float | None = None, viscosity: float | None = None, horizon: float = 5.0,
+                 dx: float = DEFAULT_DX, render_mode: str | None = None, render_size=(320, 512),
+                 spill_penalty: float = 2.0, smoothness_penalty: float = 1e-3, arch: str = "cpu",
+                 fidelity: str = "particles"):
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if container is not None and container not in SOURCE_SHAPES:
+            raise ValueError(f"container must be None (sampled) or one of {', '.join(SOURCE_SHAPES)}; "
+                             f"got {container!r}")
+        # the task fields they fix, as Pour-v0's arguments of the same names
+        self.fixed = {"source_container": container,
+                      "fill": None if fill is None else bounded_float("fill", fill, 0.0, 1.0, lo_open=True),
+                      "viscosity": None if viscosity is None else
+                      bounded_float("viscosity", viscosity, 0.0, MAX_VISCOSITY)}
+        fixed = [name for name, v in zip(("container", "fill", "viscosity"), self.fixed.values()) if v is not None]
+        if task_split is not None and fixed:
+            raise ValueError(f"task_split={task_split!r} draws whole tasks from the split; it cannot "
+                             f"be combined with {', '.join(fixed)}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
             raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
         if not (isinstance(dx, (int, float)) and 0.005 <= dx <= 0.012):
@@ -227,7 +246,7 @@ class Pour3DEnv(gym.Env):
             split = pour3d_tasks(self.task_split)
             task = split[int(self.np_random.integers(len(split)))]
         else:
-            task = sample_task(self.np_random)
+            task = sample_task(self.np_random, **self.fixed)
         if self.arm is None:
             self.arm = PandaArm(HOME)         # S upright in the hand at HOME
         scene = PlaneScene(task, self.wall)
