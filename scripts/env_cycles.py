@@ -3,8 +3,9 @@
 Sweeps, evaluation loops and tests make envs again and again, so a make must neither leak nor
 recompile. Each env runs in its own process (so that one env's Taichi state or pybullet clients
 do not count against another): ``--cycles`` times it makes the env, resets it (``seed`` = the
-cycle: a new sampled task each time), takes one step of zeros, closes it, collects garbage and
-reads the process's resident set size (RSS, ``/proc/self/status``).
+cycle: a new sampled task each time; ``--same-task``: seed 0 every time), takes one step of
+zeros, closes it, collects garbage and reads the process's resident set size (RSS,
+``/proc/self/status``).
 
 Printed per env: the RSS after import and after every ``--every``-th cycle, the seconds of the
 first cycle (it builds and compiles the solver, or loads it from Taichi's disk cache) and the
@@ -53,7 +54,7 @@ def rss_mb() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def worker(name: str, cycles: int, src: str | None) -> None:
+def worker(name: str, cycles: int, src: str | None, same_task: bool) -> None:
     """Run the cycles of one env in this process; one JSON line per cycle on stdout."""
     if src:   # import taigym from ``src``, not from the editable install of this tree
         sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
@@ -73,7 +74,7 @@ def worker(name: str, cycles: int, src: str | None) -> None:
         else:
             env = gym.make(env_id, **kwargs)
         t1 = time.perf_counter()
-        env.reset(seed=i)
+        env.reset(seed=0 if same_task else i)
         t2 = time.perf_counter()
         env.step(np.zeros(env.action_space.shape, env.action_space.dtype))
         t3 = time.perf_counter()
@@ -93,8 +94,10 @@ def slope(ys: list[float]) -> float:
     return sum((x - xm) * (y - ym) for x, y in enumerate(ys)) / sum((x - xm) ** 2 for x in range(n))
 
 
-def run_env(name: str, cycles: int, src: str | None, warmup: int, flat_mb: float) -> dict:
+def run_env(name: str, cycles: int, src: str | None, warmup: int, flat_mb: float, same_task: bool) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--cycles", str(cycles)]
+    if same_task:
+        cmd.append("--same-task")
     if src:
         cmd += ["--src", src]
     t0 = time.perf_counter()
@@ -151,11 +154,16 @@ def main() -> None:
     ap.add_argument("--flat-mb", type=float, default=1.0, help="flat: RSS slope below this, MB per cycle")
     ap.add_argument("--src", default=None, help="also run on this source tree (interleaved)")
     ap.add_argument("--src-only", action="store_true", help="run on --src's tree only")
+    ap.add_argument("--src-cycles", type=int, default=None,
+                    help="cycles on --src's tree (default --cycles; a leaking tree is slow)")
+    ap.add_argument("--same-task", action="store_true",
+                    help="reset to the same task (seed 0) every cycle, so that bounded per-task "
+                         "caches (Pour-v0's outflow tables) do not grow")
     ap.add_argument("--out", default=None, help="results file (JSON); resumes from it")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker, args.cycles, args.src)
+        worker(args.worker, args.cycles, args.src, args.same_task)
         return
     names = args.envs.split(",")
     unknown = [n for n in names if n not in ENVS]
@@ -173,9 +181,10 @@ def main() -> None:
     for name in names:
         for src in trees:
             key = f"{name}@{src or 'this'}"
+            cycles = args.src_cycles if src and args.src_cycles else args.cycles
             if key not in results:
-                results[key] = run_env(name, args.cycles, src, args.warmup, args.flat_mb)
-                results[key]["cycles_asked"] = args.cycles
+                results[key] = run_env(name, cycles, src, args.warmup, args.flat_mb, args.same_task)
+                results[key]["cycles_asked"] = cycles
                 if args.out:
                     save(args.out, results)
             report(results[key], args.every)

@@ -79,7 +79,9 @@ unless None, fixes that field of every sampled task, as Pour-v0's arguments of t
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
-only one: no reduced 3D model yet).
+only one: no reduced 3D model yet). A closed env hands its liquid solver to the next env made
+with the same ``dx`` and ``arch`` (``taigym.sim.pool``): making envs again costs no Taichi
+compilation and no new memory.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
 OBS_SIZE = 52 + 7 * MAX_OBSTACLES
 SOURCE, TARGET = 0, 1                # body handles in the world; boxes after them
 PARKED = (-0.2, -0.2, -0.2, 0.0, 0.0, 0.0)    # an unused box slot: outside the domain
-MIN_CAPACITY = 16000                 # particles: S's liquid in every sampled task at the default dx (<= 14k)
+MIN_CAPACITY = 16000                 # particles: more than S's liquid in any sampled task at DEFAULT_DX
 
 
 def wall_thickness(dx: float) -> float:
@@ -197,11 +199,11 @@ class Pour3DEnv(gym.Env):
             raise ValueError(f"container must be None (sampled) or one of {', '.join(SOURCE_SHAPES)}; "
                              f"got {container!r}")
         # the task fields they fix, as Pour-v0's arguments of the same names
-        self.fixed = {"source_container": container,
-                      "fill": None if fill is None else bounded_float("fill", fill, 0.0, 1.0, lo_open=True),
-                      "viscosity": None if viscosity is None else
-                      bounded_float("viscosity", viscosity, 0.0, MAX_VISCOSITY)}
-        fixed = [name for name, v in zip(("container", "fill", "viscosity"), self.fixed.values()) if v is not None]
+        self._fixed = {"source_container": container,
+                       "fill": None if fill is None else bounded_float("fill", fill, 0.0, 1.0, lo_open=True),
+                       "viscosity": None if viscosity is None else
+                       bounded_float("viscosity", viscosity, 0.0, MAX_VISCOSITY)}
+        fixed = [k for k, v in (("container", container), ("fill", fill), ("viscosity", viscosity)) if v is not None]
         if task_split is not None and fixed:
             raise ValueError(f"task_split={task_split!r} draws whole tasks from the split; it cannot "
                              f"be combined with {', '.join(fixed)}")
@@ -246,7 +248,7 @@ class Pour3DEnv(gym.Env):
             split = pour3d_tasks(self.task_split)
             task = split[int(self.np_random.integers(len(split)))]
         else:
-            task = sample_task(self.np_random, **self.fixed)
+            task = sample_task(self.np_random, **self._fixed)
         if self.arm is None:
             self.arm = PandaArm(HOME)         # S upright in the hand at HOME
         scene = PlaneScene(task, self.wall)

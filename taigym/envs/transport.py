@@ -60,8 +60,11 @@ delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, 
 spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, render_mode=None)``: tasks are sampled
 (``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
-liquid grid's spacing (m; one fixed grid for every container, compiled once per env). A task whose
-fill is above the brim, or whose goal is inside an obstacle or unreachable, raises ValueError.
+liquid grid's spacing (m; one fixed grid for every container, compiled once per process). A
+task whose fill is above the brim, or whose goal is inside an obstacle or unreachable, raises
+ValueError.
+A closed env hands its liquid solver to the next env made with the same ``dx`` and ``viscosity``
+(``taigym.sim.pool``): making envs again costs no Taichi compilation and no new memory.
 """
 
 from __future__ import annotations

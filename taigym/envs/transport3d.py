@@ -2,8 +2,8 @@
 without spilling, past boxes (the SFRRT* paper (2024), in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client)
-holds the SFRRT* paper's frustum in its hand; pybullet gives the kinematics and the collisions, the
-liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
+holds the SFRRT* paper's frustum in its hand; pybullet gives the kinematics and the collisions,
+the liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
 accelerating, rotating frame (:class:`taigym.sim.carried.CarriedContainer3D`), so the cost is the
 container's, not the room's. Liquid that leaves the container is spilled for good. Tasks:
 :mod:`taigym.envs.transport3d_tasks` (robot frame: z up, the arm's base at the origin on a table
@@ -57,7 +57,9 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or pass
 ``options={"task": ...}`` to ``reset``), ``horizon`` (s), ``dx`` (liquid grid spacing, m,
 :data:`DEFAULT_DX`; 4 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
-``arch`` (Taichi arch, "cpu").
+``arch`` (Taichi arch, "cpu"). A closed env hands its liquid solver to the next env made with
+the same ``dx``, ``viscosity`` and ``arch`` (``taigym.sim.pool``): making envs again costs no
+Taichi compilation and no new memory.
 
 ## Info
 

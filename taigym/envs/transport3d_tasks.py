@@ -1,12 +1,14 @@
-"""Transport3D tasks (the SFRRT* paper (2024), in 3D): a Franka Panda carries a filled frustum from a start
-configuration to a goal position, upright, past boxes, posts and shelves.
+"""Transport3D tasks (the SFRRT* paper (2024), in 3D): a Franka Panda carries a filled frustum
+from a start configuration to a goal position, upright, past boxes, posts and shelves.
 
 Coordinates are the robot's (pybullet's): z up, the arm's base at the origin on a table top
 (z = 0 is the table; nothing may go below it). A :class:`Transport3DTask` fixes the arm's
 start joint configuration (7 angles, rad; the container is then upright in the hand), the goal
 position of the container's frame origin (the centre of its inner bottom, m), up to
-:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), the SFRRT* paper's frustum
-(bottom and top interior radius, height, m) and the fill (liquid height / container height).
+:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), the SFRRT* paper's
+frustum (bottom and top interior radius, height, m) and the fill (liquid height / container
+height). :class:`PandaCarrier` (the arm holding the container upright) checks that the arm can
+start and finish a task.
 
 Sampled tasks: the start and the goal are configurations of the upright posture family
 (:data:`FAMILY`: joints 3 and 5 at 0, joint 6 = joint 2 - joint 4 + pi/2, so the hand's approach
