@@ -45,6 +45,7 @@ import pybullet_data
 from scipy.spatial.transform import Rotation
 
 from .constants import GRAVITY
+
 ROBOT_FILE = "mjcf/humanoid.xml"
 JOINTS = ("abdomen_z", "abdomen_y", "abdomen_x",
           "right_hip_x", "right_hip_z", "right_hip_y", "right_knee", "right_ankle_y", "right_ankle_x",
