@@ -30,7 +30,10 @@ import posixpath
 import re
 from pathlib import Path
 
-from mkdocs.exceptions import PluginError
+try:
+    from mkdocs.exceptions import PluginError
+except ImportError:  # the tests import this module without MkDocs installed
+    PluginError = RuntimeError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
