@@ -28,6 +28,11 @@ def load_hooks():
 hooks = load_hooks()
 
 
+def test_every_registered_env_has_a_page():
+    registered = re.findall(r'id="taigym/(\w+)-v\d+"', (ROOT / "taigym/envs/__init__.py").read_text())
+    assert registered and sorted(name.lower() for name in registered) == sorted(ENV_PAGES)
+
+
 @pytest.mark.parametrize("module", sorted(ENV_PAGES))
 def test_env_page_is_the_env_docstring(module):
     page = (ROOT / "docs" / "envs" / f"{ENV_PAGES[module]}.md").read_text(encoding="utf-8")
