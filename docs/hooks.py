@@ -4,9 +4,9 @@ A page asks for generated content with a marker (an HTML comment, invisible if l
 
 * ``<!-- taigym:envdoc taigym.envs.pour -->``: the module's docstring, read from its source file
   (not imported: the docs build needs neither Taichi nor torch), so an env page cannot drift
-  from the env's code. RST markup (````x````, ``:class:`~a.B```) becomes Markdown code, and
-  papers named by their file number ("seed 001") are named by their authors with a link to the
-  papers page.
+  from the env's code. RST markup (````x````, ``:class:`~a.B```) becomes Markdown code, and a
+  paper still named by its file number in the project's reading list is named by its authors,
+  with a link to the papers page.
 * ``<!-- taigym:results results -->``: every result file under ``docs/results``, grouped by
   name: ``NAME.md`` is included as it is, ``NAME.csv`` becomes a table (or a download link when
   ``NAME.md`` exists), ``NAME.json`` (``title``, ``command``, ``date``, ``machine``, ``notes``)
