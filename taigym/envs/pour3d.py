@@ -82,6 +82,10 @@ the liquid projected onto the plane and the arm's links), ``render_size`` ((320,
 only one: no reduced 3D model yet). A closed env hands its liquid solver to the next env made
 with the same ``dx`` and ``arch`` (``taigym.sim.pool``): making envs again costs no Taichi
 compilation and no new memory.
+
+## Version history
+
+* v0 (2026-11-24): initial version.
 """
 
 from __future__ import annotations

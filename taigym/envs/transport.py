@@ -65,6 +65,10 @@ task whose fill is above the brim, or whose goal is inside an obstacle or unreac
 ValueError.
 A closed env hands its liquid solver to the next env made with the same ``dx`` and ``viscosity``
 (``taigym.sim.pool``): making envs again costs no Taichi compilation and no new memory.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
 """
 
 from __future__ import annotations

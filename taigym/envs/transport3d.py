@@ -66,6 +66,10 @@ Taichi compilation and no new memory.
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
 """
 
 from __future__ import annotations
