@@ -85,15 +85,6 @@ def worker(name: str, cycles: int, src: str | None, same_task: bool) -> None:
                           "step_s": t3 - t2, "cycle_s": time.perf_counter() - t0}), flush=True)
 
 
-def slope(ys: list[float]) -> float:
-    """Least-squares slope of ys against 0, 1, 2, ... (per step)."""
-    n = len(ys)
-    if n < 2:
-        return float("nan")
-    xm, ym = (n - 1) / 2, sum(ys) / n
-    return sum((x - xm) * (y - ym) for x, y in enumerate(ys)) / sum((x - xm) ** 2 for x in range(n))
-
-
 def run_env(name: str, cycles: int, src: str | None, warmup: int, flat_mb: float, same_task: bool) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", name, "--cycles", str(cycles)]
     if same_task:
@@ -107,13 +98,15 @@ def run_env(name: str, cycles: int, src: str | None, warmup: int, flat_mb: float
     rss = [r["rss_mb"] for r in rows]
     secs = [r["cycle_s"] for r in rows]
     after = rss[warmup - 1:] if len(rss) > warmup else []    # from the end of cycle `warmup` on
-    out = {"env": name, "tree": src or "this", "taigym": head.get("taigym"), "cycles_done": len(rows), "returncode": proc.returncode,
-           "import_rss_mb": head.get("import_rss_mb"), "rss_mb": [round(v, 1) for v in rss],
+    out = {"env": name, "tree": src or "this", "taigym": head.get("taigym"), "cycles_done": len(rows),
+           "returncode": proc.returncode, "import_rss_mb": head.get("import_rss_mb"),
+           "rss_mb": [round(v, 1) for v in rss],
            "first_cycle_s": secs[0] if secs else None,
            "later_cycle_s_median": statistics.median(secs[1:]) if len(secs) > 1 else None,
            "later_cycle_s_max": max(secs[1:]) if len(secs) > 1 else None,
            "growth_after_warmup_mb": (after[-1] - after[0]) if after else None,
-           "slope_after_warmup_mb_per_cycle": slope(after) if len(after) > 1 else None,
+           "slope_after_warmup_mb_per_cycle":   # least squares, MB per cycle
+               statistics.linear_regression(range(len(after)), after).slope if len(after) > 1 else None,
            "wall_s": time.perf_counter() - t0}
     s = out["slope_after_warmup_mb_per_cycle"]
     out["flat"] = bool(proc.returncode == 0 and s is not None and s < flat_mb)
@@ -124,7 +117,8 @@ def run_env(name: str, cycles: int, src: str | None, warmup: int, flat_mb: float
 
 def report(r: dict, every: int) -> None:
     rss = r["rss_mb"]
-    shown = [f"{k + 1}:{v:.0f}" for k, v in enumerate(rss) if k < 5 or (k + 1) % every == 0 or k == len(rss) - 1]
+    shown = [f"{k + 1}:{v:.0f}" for k, v in enumerate(rss)
+             if k < 5 or (k + 1) % every == 0 or k == len(rss) - 1]
     fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
     print(f"{r['env']:<16} [{r['taigym']}] rc={r['returncode']} cycles={r['cycles_done']} "
           f"import {fmt(r['import_rss_mb'], '.0f')} MB; RSS after cycle: {' '.join(shown)} MB", flush=True)
