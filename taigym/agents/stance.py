@@ -420,8 +420,7 @@ class StanceAgent(Agent):
         T[0:3, 3:6] = R.T
         T[3:6, 0:3] = R.T
         T[6:, 6:] = np.eye(21)
-        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, self._q(rob))),
-                                            physicsClientId=model.client))
+        Mp = rob.mass_matrix(self._q(rob))
         M = T.T @ Mp @ T
         G = rob.gravity_forces()
         # contact points and cone generators of the support

@@ -1,4 +1,5 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (seed 003).
+"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane
+2011, multi-contact planning).
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
@@ -19,6 +20,8 @@ within 2 cm of the bar's surface, released when the command stops.
 | 21, 22 | right, left hand grip command | > 0 grips (if near a bar), <= 0 releases |
 
 ``control="torque"``: the same with 0-20 joint torques as fractions of the torque limits.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -86,10 +89,11 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import CONTROL_DT
 
+from ._checks import check_action
 from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
 
-CONTROL_DT = 0.05
 PHYSICS_DT = 1.0 / 240.0
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
@@ -199,9 +203,7 @@ class MultiContactEnv(gym.Env):
     def step(self, action):
         if self.robot is None:
             raise RuntimeError("call reset() before step()")
-        a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
-        if a.shape != (hum.N_JOINTS + 2,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be {hum.N_JOINTS + 2} finite numbers, got shape {a.shape}")
+        a = np.clip(check_action(action, self.action_space), -1.0, 1.0)
         rob, c = self.robot, self.client
         joints = [int(j) for j in rob.joints]
         if self.control == "pd":

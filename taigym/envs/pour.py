@@ -30,6 +30,8 @@ theta is kept in [-2.5, 2.5] rad. A component of the move that would make S's so
 T's or an obstacle (deeper than it already does; for obstacles, also on the way, so that S
 cannot jump through a thin box), go below the floor or leave the scene is not applied (the
 others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -137,7 +139,7 @@ from gymnasium import spaces
 from taigym.sim.constants import MAX_PROBE_COLUMNS
 
 from . import render as _render
-from ._checks import reset_options
+from ._checks import check_action, reset_options
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
 
@@ -1153,7 +1155,7 @@ class PourEnv(gym.Env):
     def step(self, action):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        self._batch.step(np.asarray(action, dtype=np.float64).reshape(1, 3), None)
+        self._batch.step(check_action(action, self.action_space).reshape(1, 3), None)
         reward, terminated, truncated = self._batch.outcome(0)
         return (self._batch.observation(0), reward, terminated, truncated,
                 dict(self._batch.members[0].info))

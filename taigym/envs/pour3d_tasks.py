@@ -230,8 +230,14 @@ def as_task(value: Any) -> Pour3DTask:
 
 
 # ---------------------------------------------------------------------- sampling
-def sample_task(rng: np.random.Generator) -> Pour3DTask:
-    """Draw a task from the distribution of the module docstring (``Generator.random`` only)."""
+def sample_task(rng: np.random.Generator, *, source_container: str | None = None,
+                fill: float | None = None, viscosity: float | None = None) -> Pour3DTask:
+    """Draw a task from the distribution of the module docstring (``Generator.random`` only).
+
+    Any argument given fixes that variable, as ``pour_tasks.sample_task`` does: the generator
+    is advanced by the same draws (a fixed variable consumes its own), so the others do not
+    change, and T is still deepened to hold 1.5x S's liquid at the fixed fill.
+    """
     u = iter(rng.random(16).tolist())
 
     def uni(lo: float, hi: float) -> float:
@@ -241,6 +247,7 @@ def sample_task(rng: np.random.Generator) -> Pour3DTask:
         return options[min(int(next(u) * len(options)), len(options) - 1)]
 
     s_shape, outer_w, s_h, a, b = pick(SOURCE_SHAPES), uni(0.06, 0.09), uni(0.08, 0.12), uni(0, 1), uni(0, 1)
+    s_shape = source_container if source_container is not None else s_shape
     s_w, s_params = outer_w, {}
     if s_shape == "frustum":
         s_params = {"bottom_width": (0.5 + 0.3 * a) * outer_w}
@@ -254,7 +261,9 @@ def sample_task(rng: np.random.Generator) -> Pour3DTask:
                 "cup": {"corner_radius": (0.1 + 0.2 * c) * t_w}}.get(t_shape, {})
     x, d, sign = uni(0.5, 0.6), uni(0.15, 0.4), pick((-1.0, 1.0))
     y_s = uni(-0.25, 0.25 - d) if sign > 0 else uni(-0.25 + d, 0.25)
-    gap, fill, mu = uni(0.03, 0.12), uni(0.3, 0.8), 10.0 ** uni(-3.0, -1.0)
+    gap, f, mu = uni(0.03, 0.12), uni(0.3, 0.8), 10.0 ** uni(-3.0, -1.0)
+    fill = float(fill) if fill is not None else f
+    mu = float(viscosity) if viscosity is not None else mu
     task = Pour3DTask(source_container=s_shape, source_width=s_w, source_height=s_h,
                       source_params=s_params, target_container=t_shape, target_width=t_w,
                       target_height=t_h, target_params=t_params, source_position=(x, y_s, 0.0 + REACH[2][1]),
