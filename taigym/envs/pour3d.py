@@ -1,5 +1,5 @@
 """``taigym/Pour3D-v0``: a Franka Panda pours liquid from an axisymmetric source container S into
-a fixed target T on a counter, past box obstacles (seeds 000 and 004 in 3D).
+a fixed target T on a counter, past box obstacles (Pan & Manocha 2016 and Pan, Park & Manocha 2016 in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client,
 :class:`taigym.envs.panda.PandaArm`) holds S from the side, its hand's approach axis horizontal,
@@ -85,15 +85,17 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from ._checks import reset_options
+from taigym.sim.constants import CONTROL_DT
+from taigym.sim.geometry import densify
+
+from .checks import reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
+from .pour import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+                   SUCCESS_MAX_SPILLED, shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .transport3d_tasks import HOME
 
-CONTROL_DT = 0.05
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
 DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
 OBS_SIZE = 52 + 7 * MAX_OBSTACLES
@@ -131,7 +133,7 @@ class PlaneScene:
         self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
         self.boxes = task.obstacles_in_plane()
         r = self.source.radius
-        rz = _densify(np.asarray(self.source.walls), r)
+        rz = densify(self.source.walls, r)
         phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
         self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
@@ -175,7 +177,8 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 class Pour3DEnv(gym.Env):
     __doc__ = __doc__
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 5.0, dx: float = DEFAULT_DX,
                  render_mode: str | None = None, render_size=(320, 512), spill_penalty: float = 2.0,
@@ -350,8 +353,8 @@ class Pour3DEnv(gym.Env):
         t, sc = self.task, self.scene
         t_open = sc.origin + sc.R @ (sc.t_pose + [0.0, t.target_height, 0.0])
         s_open = self.position + self.axis * t.source_height
-        s_feat = _shape_features(sc.section.source_shape(self.wall))
-        t_feat = _shape_features(sc.section.target_shape(self.wall))
+        s_feat = shape_features(sc.section.source_shape(self.wall))
+        t_feat = shape_features(sc.section.target_shape(self.wall))
         s_hot = [float(t.source_container == s) for s in SOURCE_SHAPES]
         t_hot = [float(t.target_container == s) for s in TARGET_SHAPES]
         head = [*self.q, *self.qd, *self.position, *self.axis, *self.velocity, *t_open, *(t_open - s_open),

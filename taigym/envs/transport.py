@@ -1,7 +1,7 @@
 """``taigym/Transport-v0``: carry a filled container to a goal through clutter without spilling
-(seed 002, SFRRT*, planar).
+(the SFRRT* paper, 2024, planar).
 
-The container is seed 002's frustum (bottom radius, top radius, height; 2D: its trapezoidal
+The container is the SFRRT* paper's frustum (bottom radius, top radius, height; 2D: its trapezoidal
 cross-section) filled to ``fill`` of its height, carried in a 1.2 m x 0.8 m room (x across, z
 up) past static boxes (shelves, boxes, walls with a narrow gap; see
 :mod:`taigym.envs.transport_tasks`). The liquid is simulated in the container's own frame with
@@ -26,8 +26,8 @@ A float32 vector of 49 entries:
 | 3-5 | velocity vx, vz, tilt rate | m/s, rad/s |
 | 6-8 | goal pose x, z, tilt | m, m, rad |
 | 9-11 | goal minus pose | m, m, rad |
-| 12-15 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
-| 16 | seed 002's maximum tilt at this fill | rad |
+| 12-15 | container: bottom radius, top radius, height, fill height (the SFRRT* paper's r_b, r_u, h_c, h_w) | m |
+| 16 | the SFRRT* paper's maximum tilt at this fill | rad |
 | 17 | spilled fraction so far | - |
 | 18 | time / horizon | - |
 | 19-48 | 6 obstacle slots: present (0/1), x_centre, z_centre, width, height (m; zeros if empty), nearest to the container first | - |
@@ -49,7 +49,8 @@ percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`
 ## Info (every step, including reset)
 
 ``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
-delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, ``collided``,
+delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``reached`` (delivered: at
+the goal and still), ``path_time`` (s from the start to delivery; NaN before), ``success``, ``collided``,
 ``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
 
 ## Arguments
@@ -73,12 +74,12 @@ import numpy as np
 from gymnasium import spaces
 
 from ..sim.carried import CarriedContainer2D
+from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               sample_task, transport_tasks)
 
-CONTROL_DT = 0.05
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
 GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
 STILL = (0.05, 0.2)                               # m/s, rad/s
@@ -99,8 +100,12 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
             np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
 
 
+#: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
+EPISODE_METRICS = {"success": "rate", "spilled": "fraction", "reached": "rate", "path_time": "mean"}
+
+
 def max_tilt_of(task: TransportTask) -> float:
-    """Seed 002's maximum tilt for the task's container and fill (rad), from the cross-section
+    """The SFRRT* paper's maximum tilt for the task's container and fill (rad), from the cross-section
     polygon (equal to ``taigym.models.max_tilt.max_tilt``'s Eqs. 1-2, which envs may not import)."""
     return task.container().max_tilt_angle(task.fill)
 
@@ -121,7 +126,8 @@ def end_step(env, reward: float, d_prev: float) -> tuple:
 
 
 class TransportEnv(gym.Env):
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, fill: float | None = None,
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
@@ -229,8 +235,10 @@ class TransportEnv(gym.Env):
 
     def _info(self, success: bool) -> dict[str, Any]:
         at_goal = self._at_goal()
+        reached = bool(at_goal and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if at_goal else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.nan,
                 "success": bool(success), "collided": bool(self.collided),
                 "sim_unstable": bool(self.unstable), "time": self.steps * CONTROL_DT,
                 "pose": self.pose.copy(), "velocity": self.vel.copy(),

@@ -1,8 +1,8 @@
 """``taigym/Transport3D-v0``: a Franka Panda carries a filled container to a goal, upright and
-without spilling, past boxes (seed 002 in 3D).
+without spilling, past boxes (the SFRRT* paper, 2024, in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client)
-holds seed 002's frustum in its hand; pybullet gives the kinematics and the collisions, the
+holds the SFRRT* paper's frustum in its hand; pybullet gives the kinematics and the collisions, the
 liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
 accelerating, rotating frame (:class:`taigym.sim.carried.CarriedContainer3D`), so the cost is the
 container's, not the room's. Liquid that leaves the container is spilled for good. Tasks:
@@ -31,8 +31,8 @@ A float32 vector of 61 entries, every one bounded:
 | 26-28 | goal position | m |
 | 29-31 | goal minus position | m |
 | 32 | tilt of the container's axis from vertical | rad |
-| 33-36 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
-| 37 | seed 002's maximum tilt at this fill (3D, equal volume) | rad |
+| 33-36 | container: bottom radius, top radius, height, fill height (the SFRRT* paper's r_b, r_u, h_c, h_w) | m |
+| 37 | the SFRRT* paper's maximum tilt at this fill (3D, equal volume) | rad |
 | 38 | spilled fraction so far | - |
 | 39 | time / horizon | - |
 | 40-60 | 3 obstacle slots: present (0/1), centre x, y, z, half extents x, y, z (zeros if empty) | m |
@@ -60,6 +60,7 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ## Info
 
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
+``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; NaN before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
 """
@@ -74,13 +75,14 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
+from taigym.sim.constants import CONTROL_DT
+
 from .panda import CONTAINER_WALL, TO_SIM, PandaArm, joint_step
-from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
+from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
                                 upright_configuration)
 
-CONTROL_DT = 0.05
 MAX_JOINT_SPEED = 2.0                             # rad/s
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
 # m, the liquid grid: at 1 cm (7 cells across a cup) the slosh of a 0.5 m/s carry never spills;
@@ -147,7 +149,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 class Transport3DEnv(gym.Env):
-    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT)), "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
                  spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
@@ -264,8 +266,10 @@ class Transport3DEnv(gym.Env):
         return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
 
     def _info(self, success: bool) -> dict[str, Any]:
+        reached = bool(self._at_goal() and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if self._at_goal() else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.nan,
                 "success": bool(success), "is_success": bool(success), "collided": bool(self.collided),
                 "action_clipped": self.clipped, "sim_unstable": bool(self.unstable),
                 "time": self.steps * CONTROL_DT, "position": self.position.copy(),

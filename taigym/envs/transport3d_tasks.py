@@ -1,11 +1,11 @@
-"""Transport3D tasks (seed 002 in 3D): a Franka Panda carries a filled frustum from a start
+"""Transport3D tasks (the SFRRT* paper, 2024, in 3D): a Franka Panda carries a filled frustum from a start
 configuration to a goal position, upright, past boxes, posts and shelves.
 
 Coordinates are the robot's (pybullet's): z up, the arm's base at the origin on a table top
 (z = 0 is the table; nothing may go below it). A :class:`Transport3DTask` fixes the arm's
 start joint configuration (7 angles, rad; the container is then upright in the hand), the goal
 position of the container's frame origin (the centre of its inner bottom, m), up to
-:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), seed 002's frustum
+:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), the SFRRT* paper's frustum
 (bottom and top interior radius, height, m) and the fill (liquid height / container height).
 
 Sampled tasks: the start and the goal are configurations of the upright posture family
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
+from .checks import bounded_float
 from .panda import JOINT_HIGH, JOINT_LOW
 
 MAX_OBSTACLES = 3                  #: obstacle slots of the observation
@@ -109,7 +109,7 @@ class Transport3DTask:
 
     @property
     def fill_height(self) -> float:
-        """Liquid height at rest (seed 002's h_w), m."""
+        """Liquid height at rest (the SFRRT* paper's h_w), m."""
         return self.fill * self.height
 
     def container(self, wall_thickness: float = 0.02):

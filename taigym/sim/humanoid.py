@@ -18,7 +18,7 @@ such as (2, 1, 1), which pybullet's forward kinematics and mass matrix normalise
 simulation does not (a torque then accelerated a shoulder 6 = |(2, 1, 1)|^2 times less than the
 mass matrix predicts). Nothing else changes.
 
-Contact links (seed 003's "robot link surface"): each foot's sole, given by its four corners
+Contact links (Bouyarmane & Kheddar's "robot link surface"): each foot's sole, given by its four corners
 (measured on the loaded model, in the link frame, by probing its collision shape), and each
 hand, the centre of its 4 cm sphere. A hand may also *grasp* a bar (a bilateral contact): the env then holds it with a
 point-to-point constraint whose force is limited to :data:`GRIP_FORCE`.
