@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import json
 
 import gymnasium as gym
 import numpy as np
@@ -16,7 +15,6 @@ from taigym.agents import Agent, evaluate, make, planning, summarise
 from taigym.agents.bc import BCAgent
 from taigym.agents.policy import PolicyAgent
 from taigym.data import collect as collect_mod
-from taigym.data import read_minari
 from taigym.training import bc, dagger
 
 SMALL = dict(hidden=[64, 64], progress=False, eval_episodes=0)
@@ -58,6 +56,7 @@ def bc_agent(tmp_path_factory):
     return agent, run, log
 
 
+@pytest.mark.integration
 def test_bc_beats_random(bc_agent, eval_tasks):
     agent, run, log = bc_agent
     assert agent.meta["demo_kept"] + agent.meta["demo_filtered"] == 60
@@ -71,6 +70,7 @@ def test_bc_beats_random(bc_agent, eval_tasks):
     assert s_bc["mean_in_target"] > 0.3
 
 
+@pytest.mark.integration
 def test_policy_save_load_roundtrip(bc_agent, tmp_path):
     agent, run, _ = bc_agent
     env = make_env()
@@ -133,6 +133,7 @@ def test_bc_resumes_from_checkpoint(tmp_path):
         assert torch.equal(a, b)
 
 
+@pytest.mark.integration
 def test_dagger_improves_over_round_zero(tmp_path):
     log = ListLogger()
     # 12 demonstrations: a weak round 0 (in T 0.30; with 20 and S's start velocity as an input
@@ -178,6 +179,7 @@ class StubPlanner(Agent):
     """An expert that records its replans (its planning is timed and counted by the base class)."""
 
     name = "stub"
+    replans_from_info = True
 
     def __init__(self, every: int = 1):
         super().__init__(None)
@@ -259,6 +261,7 @@ def test_outflow_relabel_replans_once_when_liquid_first_leaves_the_source(tmp_pa
     assert not (tmp_path / "demos").exists()                       # refused before collecting anything
 
 
+@pytest.mark.integration
 def test_model_selection_on_the_val_split(tmp_path):
     """select_episodes ranks candidate policies on the val split (disjoint from the tasks learned
     from and from the eval split): BC returns the best of its lowest-loss weights and its last
@@ -292,6 +295,7 @@ def test_model_selection_on_the_val_split(tmp_path):
     assert dag.meta["selected_round"] == max(ranks)[2]
 
 
+@pytest.mark.integration
 def test_collect_with_two_workers_matches_serial(tmp_path):
     from taigym.data.collect import collect, make_job
 
@@ -308,6 +312,7 @@ def test_collect_with_two_workers_matches_serial(tmp_path):
     assert len(list(tmp_path.glob("*.npz"))) == 2
 
 
+@pytest.mark.integration
 def test_collect_on_a_local_ray_cluster(tmp_path):
     pytest.importorskip("ray")
     from taigym.data.collect import collect, make_job

@@ -82,6 +82,7 @@ def test_degenerate_problems_end_without_hanging():
         PourProblem.from_task(task, in_source=1.5)
 
 
+@pytest.mark.integration
 def test_agent_pours_into_t_in_the_particle_env():
     env = gym.make("taigym/Pour-v0")
     agent = taigym.agents.make("sqp", env)
@@ -136,6 +137,7 @@ def test_planner_rollout_is_the_simplified_model(follow):
     assert max(np.abs(tilts)) > 0.05                       # S's accelerations did slosh the surface
 
 
+@pytest.mark.integration
 def test_replan_on_its_own_path_keeps_the_plan():
     """DAgger's labels: a replan from a state on the expert's own trajectory (warm-started, as
     MPC) gives about the action the plan it replaces would have taken (S keeps its motion)."""

@@ -31,6 +31,10 @@ class CarryAgent(Agent):
     families = ("transport3d",)
 
     def __init__(self, env, **cfg):
+        unknown = set(cfg) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown carry-agent option(s): {', '.join(sorted(unknown))}; accepted: "
+                             f"{', '.join(DEFAULTS)}")
         super().__init__(env, **{**DEFAULTS, **cfg})
         from taigym.envs.transport3d import MAX_JOINT_SPEED, PandaCarrier
 

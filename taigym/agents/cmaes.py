@@ -211,7 +211,7 @@ class CMAESAgent(Agent):
                               "spline_time": min(3.5, horizon), **self.cfg})
 
     @planning
-    def replan(self, task) -> CMAESResult:
+    def make_plan(self, task) -> CMAESResult:
         """The CMA-ES search for ``task`` in the simplified twin of the env."""
         if self._planning_env is None:
             self._planning_env = simplified_twin(self.env)
@@ -222,7 +222,7 @@ class CMAESAgent(Agent):
     def act(self, obs, info: dict) -> np.ndarray:
         task = self.env.unwrapped.task
         if self.result is None or task is not self._task:
-            self.replan(task)
+            self.make_plan(task)
         _, _, scale = env_constants(self.env)
         poses = self.result.poses
         self._step += 1

@@ -29,6 +29,16 @@ MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, r
 ROOM = (1.2, 0.8)
 
 
+def check_planner_options(cfg: dict) -> dict:
+    """``cfg``, or ValueError naming the options that are not fields of :class:`SFRRTConfig`."""
+    unknown = set(cfg) - set(SFRRTConfig.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown sfrrt-agent option(s): {', '.join(sorted(unknown))}; accepted: fixed_jerk, "
+                         f"classifier, classifier_path, path_planner and the fields of SFRRTConfig "
+                         f"({', '.join(SFRRTConfig.__dataclass_fields__)})")
+    return cfg
+
+
 def path_planners(name: str) -> tuple:
     """(planar, 3D) path planners by name: "sfrrt" (RRT* with the informed sampler) or "ompl"
     (OMPL's InformedRRT*)."""
@@ -80,7 +90,7 @@ class SFRRTAgent(Agent):
         self.path_planner = path_planners(path_planner)[0]
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
         self.classifier = spill_free_classifier(classifier, classifier_path, "planar")
-        self.planner_cfg = SFRRTConfig(**cfg)
+        self.planner_cfg = SFRRTConfig(**check_planner_options(cfg))
         self.plan: Plan | None = None
 
     def _problem(self, start) -> Problem:

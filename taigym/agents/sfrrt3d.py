@@ -26,7 +26,7 @@ from ..planners.sfrrt3d import Problem3D, config_3d
 from ..sim.constants import CONTROL_DT
 from .base import Agent, planning
 from .carry import family_action
-from .sfrrt import path_planners, spill_free_classifier
+from .sfrrt import check_planner_options, path_planners, spill_free_classifier
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
 SAMPLE_MARGIN = 0.15      # m: the sampler's box is start's and goal's, this much larger
@@ -109,7 +109,7 @@ class SFRRT3DAgent(Agent):
         self.dt, self.qd_max = CONTROL_DT, MAX_JOINT_SPEED
         self.damping = float(damping)
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
-        self.planner_cfg = config_3d(**cfg)
+        self.planner_cfg = config_3d(**check_planner_options(cfg))
         self.classifier = spill_free_classifier(classifier, classifier_path, "3d")
         self.plan: Plan | None = None
 

@@ -56,6 +56,7 @@ class SQPAgent(Agent):
 
     name = "sqp"
     families = ("pour",)
+    replans_from_info = True          # replan(info): DAgger's relabelling (taigym.data.collect)
 
     def __init__(self, env, **cfg):
         self.planner_cfg = split_options(cfg, AGENT_OPTIONS)

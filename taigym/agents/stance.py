@@ -104,7 +104,9 @@ class StanceAgent(Agent):
     families = ("multicontact",)
 
     def __init__(self, env, time_limit: float = 60.0, max_nodes: int = 400, **cfg):
-        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes, **cfg)
+        if cfg:
+            raise ValueError(f"unknown stance-agent option(s): {', '.join(sorted(cfg))}; accepted: max_nodes, time_limit")
+        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes)
         self.time_limit, self.max_nodes = float(time_limit), int(max_nodes)
         self.plan = None
         self.model = None
@@ -117,14 +119,14 @@ class StanceAgent(Agent):
         if task is None:
             raise RuntimeError("call env.reset() before agent.reset()")
         if task != self._task:
-            self.replan(task)
+            self.make_plan(task)
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
         self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
 
     @planning
-    def replan(self, task) -> None:
+    def make_plan(self, task) -> None:
         """Plan the stance sequence of ``task`` (and build the controller's model of its scene)."""
         if self.model is not None:
             self.model.close()

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows_out += [{"agent": name, **{key: r[key] for key in
                                         ("task", "success", "in_target", "spilled", "in_source",
                                          "steps", "act_seconds", "sim_unstable")}} for r in rows]
-        print(f"{name}: {summary['success_rate']:.0%} success on {len(rows)} tasks "
+        print(f"{name}: {summaries[name]['success_rate']:.0%} success on {len(rows)} tasks "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     env.close()
 

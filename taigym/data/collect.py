@@ -43,9 +43,15 @@ RELABEL = ("auto", "replan", "none", "outflow")
 OUTFLOW_FRACTION = 0.01
 
 
+def can_replan(expert) -> bool:
+    """Whether ``expert`` plans again from the state in a step's ``info`` (``expert.replan(info)``:
+    ``sqp``); an agent says so with ``replans_from_info = True``."""
+    return bool(getattr(expert, "replans_from_info", False))
+
+
 def check_can_replan(relabel: str, expert) -> None:
     """ValueError when ``relabel`` ("replan", "outflow") asks ``expert`` to replan and it cannot."""
-    if relabel in ("replan", "outflow") and not hasattr(expert, "replan"):
+    if relabel in ("replan", "outflow") and not can_replan(expert):
         raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info), e.g. sqp); "
                          f"{getattr(expert, 'name', expert)!r} cannot (use relabel='none')")
 
@@ -71,7 +77,7 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
         raise ValueError(f"relabel must be one of {RELABEL}, got {relabel!r}")
     if not (isinstance(replan_every, int) and replan_every >= 1):
         raise ValueError(f"replan_every must be an integer >= 1, got {replan_every!r}")
-    replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
+    replan = relabel == "replan" or (relabel == "auto" and policy is not None and can_replan(expert))
     at_outflow = relabel == "outflow"
     check_can_replan(relabel, expert)
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
@@ -293,4 +299,4 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):
     return tqdm(total=total, initial=initial, desc=desc, unit="ep", file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["collect", "expert_spec", "info_keys", "make_job", "rollout", "task_dict"]
+__all__ = ["can_replan", "check_can_replan", "collect", "expert_spec", "info_keys", "make_job", "rollout", "task_dict"]

@@ -65,12 +65,11 @@ import copy
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from taigym.agents.bc import BCAgent
-from taigym.agents.policy import MLPPolicy, flat_obs_dim, torch_load, torch_save_atomic
+from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
+from taigym.data import transitions
 
-from .common import check_policy_options, env_for, load_demos, rollout_metrics, selection_score, selection_tasks, \
+from .common import learner_setup, load_demos, rollout_metrics, selection_score, selection_tasks, \
     start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
 
@@ -82,18 +81,11 @@ DEFAULTS = dict(dataset=None, dataset_root=None, expert=None, expert_options={},
 # -------------------------------------------------------------------------------------- train
 def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, expert=None) -> BCAgent:
     """Behaviour cloning; see the module docstring. Returns the trained :class:`BCAgent`."""
-    from taigym.data import transitions
-
     cfg = check_cfg(cfg, DEFAULTS, "bc")
     n_candidates = cfg["select_candidates"]
     if not (isinstance(n_candidates, int) and n_candidates >= 1):
         raise ValueError(f"select_candidates must be an integer >= 1, got {n_candidates!r}")
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = env_for(make_env, expert)
-    obs_dim = flat_obs_dim(env.observation_space)
-    act_dim = int(np.prod(env.action_space.shape))
-    features = check_policy_options(env, cfg)
+    run_dir, env, (obs_dim, act_dim), features = learner_setup(make_env, cfg, run_dir, expert)
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     if n_candidates > 1 and not select_tasks:
         raise ValueError("select_candidates > 1 needs select_episodes > 0 (the tasks that rank them)")

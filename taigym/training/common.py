@@ -59,6 +59,17 @@ def check_policy_options(env, cfg: dict) -> dict:
     return resolve(cfg["features"], env)
 
 
+def learner_setup(make_env, cfg: dict, run_dir, expert=None) -> tuple[Path, object, tuple[int, int], dict]:
+    """What bc and dagger start with: the run directory (made), the env to roll out in
+    (:func:`env_for`), the policy's (observation, action) sizes and its feature spec, the options
+    checked against the env (:func:`check_policy_options`) before any expert time is spent."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = env_for(make_env, expert)
+    features = check_policy_options(env, cfg)
+    return run_dir, env, (flat_obs_dim(env.observation_space), int(np.prod(env.action_space.shape))), features
+
+
 def train_tasks(env):
     return tasks(family_of(env), split="train")
 
@@ -173,6 +184,7 @@ def load_demos(make_env, env, cfg: dict, run_dir: Path, expert=None):
     return kept, stats
 
 
-__all__ = ["build_expert", "check_policy_options", "env_for", "expert_demos", "learning_task", "load_demos",
+__all__ = ["build_expert", "check_policy_options", "env_for", "expert_demos", "learner_setup", "learning_task",
+           "load_demos",
            "rollout_metrics", "selection_score", "selection_tasks", "start_rows", "train_tasks",
            "validation_tasks"]

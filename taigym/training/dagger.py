@@ -63,11 +63,11 @@ from pathlib import Path
 import numpy as np
 
 from taigym.agents.dagger import DAggerAgent
-from taigym.agents.policy import MLPPolicy, flat_obs_dim, torch_load, torch_save_atomic
+from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
 from taigym.data import transitions
-from taigym.data.collect import RELABEL, check_can_replan, collect, make_job
+from taigym.data.collect import RELABEL, can_replan, check_can_replan, collect, make_job
 
-from .common import build_expert, check_policy_options, env_for, learning_task, load_demos, rollout_metrics, \
+from .common import learner_setup, build_expert, learning_task, load_demos, rollout_metrics, \
     selection_score, selection_tasks, start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
 
@@ -100,16 +100,11 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     for k in ("beta0", "beta_decay"):
         if not 0.0 <= float(cfg[k]) <= 1.0:
             raise ValueError(f"{k} must be in [0, 1], got {cfg[k]}")
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env = env_for(make_env, expert)
-    obs_dim = flat_obs_dim(env.observation_space)
-    act_dim = int(np.prod(env.action_space.shape))
-    features = check_policy_options(env, cfg)
+    run_dir, env, (obs_dim, act_dim), features = learner_setup(make_env, cfg, run_dir, expert)
     expert = build_expert(env, cfg, expert)
     relabel = cfg["relabel"]
     if relabel == "auto":
-        relabel = "replan" if hasattr(expert, "replan") else "none"
+        relabel = "replan" if can_replan(expert) else "none"
     check_can_replan(relabel, expert)  # before anything is collected
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
     select_tasks = selection_tasks(env, cfg["select_episodes"])
