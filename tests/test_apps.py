@@ -158,7 +158,7 @@ def test_statistics():
     assert agg["success_rate"] == 1.0 and agg["latency_ms"] == pytest.approx(1.0) and agg["plan_seconds"] == 2.0
     assert agg["mean_spilled_ci95"] == [0.0, 0.0]
     # another env's metrics: a rate, a mean with NaN left out (a path time never reached)
-    rows = [{"success": False, "fell": True, "path_time": float("nan")},
+    rows = [{"success": False, "fell": True, "path_time": float("inf")},
             {"success": True, "fell": False, "path_time": 3.0}, {"success": True, "fell": False, "path_time": 5.0}]
     agg = summarise(rows, {"success": "rate", "fell": "rate", "path_time": "mean"})
     assert agg["fell_rate"] == pytest.approx(1 / 3) and agg["fell_rate_ci95"] == pytest.approx(list(wilson(1, 3)))

@@ -486,7 +486,7 @@ def test_vector_env_with_obstacles_matches_single_envs_and_clears_unused_slots()
 def test_agents_make_and_act(env):
     with pytest.raises(ValueError, match="available"):
         taigym.agents.make("oracle", env)
-    with pytest.raises(ValueError, match="Transport"):
+    with pytest.raises(ValueError, match="acts in transport, transport3d envs, not pour"):
         taigym.agents.make("sfrrt", env)  # plans transport, not pouring
     with pytest.raises(ValueError, match="accepted"):
         taigym.agents.make("scripted", env, speed=3)

@@ -10,8 +10,9 @@ Every env declares the metrics an episode is judged by in ``metadata["episode_me
 * ``"fraction"``: a number in [0, 1] (``in_target``, ``spilled``); ``mean_<key>`` with a
   Student-t interval ``mean_<key>_ci95`` clipped to [0, 1];
 * ``"mean"``: any other number (``goal_distance`` in m, ``path_time`` in s); ``mean_<key>``
-  with a Student-t interval. NaN values (a path time of an episode that never reached its goal)
-  are left out of the mean; ``<key>_n`` counts the values that went in.
+  with a Student-t interval. Values that are not finite (the infinite path time of an episode
+  that never reached its goal) or None are left out of the mean; ``mean_<key>_n`` then counts
+  the values that went in.
 
 :func:`summarise` also summarises what every episode has: its return, length, per-decision
 latency ``latency_ms`` (``act_seconds`` x 1000, planning excluded) and planning time
@@ -97,9 +98,10 @@ def summarise(rows: Iterable[Mapping], metrics: Mapping[str, str] | None = None)
                                          if k not in NOT_METRICS and isinstance(v, (bool, int, float, np.number))}}
     names = summary_keys(metrics)
     for key, kind in metrics.items():
-        vals = [r[key] for r in rows if key in r and r[key] is not None]
+        vals = [r[key] for r in rows if key in r]
         name = names[key]
         if kind == "rate":
+            vals = [v for v in vals if v is not None]
             k = sum(bool(v) for v in vals)
             out[name] = k / len(vals) if vals else math.nan
             out[ci_key(name)] = list(wilson(k, len(vals)))

@@ -279,7 +279,7 @@ def aggregate(rows: Sequence[Mapping], metrics: Mapping[str, str] | None = None)
 
 
 def clean_row(row: Mapping) -> dict:
-    """An episode row with JSON-ready values."""
+    """An episode row with JSON-ready values (a value that is not finite becomes None)."""
     out = {}
     for k, v in row.items():
         if isinstance(v, (np.bool_, bool)):
@@ -287,7 +287,7 @@ def clean_row(row: Mapping) -> dict:
         elif isinstance(v, (np.integer,)):
             out[k] = int(v)
         elif isinstance(v, (np.floating, float)):
-            out[k] = float(v)
+            out[k] = float(v) if np.isfinite(v) else None     # JSON has no inf or NaN
         else:
             out[k] = v
     return out

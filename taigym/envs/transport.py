@@ -50,7 +50,7 @@ percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`
 
 ``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
 delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``reached`` (delivered: at
-the goal and still), ``path_time`` (s from the start to delivery; NaN before), ``success``, ``collided``,
+the goal and still), ``path_time`` (s from the start to delivery; inf before), ``success``, ``collided``,
 ``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
 
 ## Arguments
@@ -238,7 +238,7 @@ class TransportEnv(gym.Env):
         reached = bool(at_goal and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if at_goal else 0.0, "in_flight": 0.0,
-                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.nan,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "collided": bool(self.collided),
                 "sim_unstable": bool(self.unstable), "time": self.steps * CONTROL_DT,
                 "pose": self.pose.copy(), "velocity": self.vel.copy(),

@@ -60,7 +60,7 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ## Info
 
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
-``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; NaN before),
+``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; inf before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
 """
@@ -269,7 +269,7 @@ class Transport3DEnv(gym.Env):
         reached = bool(self._at_goal() and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if self._at_goal() else 0.0, "in_flight": 0.0,
-                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.nan,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "is_success": bool(success), "collided": bool(self.collided),
                 "action_clipped": self.clipped, "sim_unstable": bool(self.unstable),
                 "time": self.steps * CONTROL_DT, "position": self.position.copy(),
