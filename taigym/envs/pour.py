@@ -117,6 +117,12 @@ if it comes down through T's opening, else as spilled once it lands. Same spaces
 clipping, rewards and info keys (``n_particles`` is 0); no ``particles`` observation; the
 heightfield and lip heights come from the flat free surface that holds the volume. Thousands of
 steps per second, for RL and for planning.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
+  the dynamics).
 """
 
 from __future__ import annotations

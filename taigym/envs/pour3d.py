@@ -73,6 +73,12 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
 only one: no reduced 3D model yet).
+
+## Version history
+
+* v0 (2026-11-24): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
+  the dynamics).
 """
 
 from __future__ import annotations

@@ -63,6 +63,12 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; inf before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
+  declares what evaluations report.
 """
 
 from __future__ import annotations
