@@ -60,7 +60,8 @@ def last_json(text: str) -> dict:
 
 
 # ---------------------------------------------------------------------- configs
-ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact")
+ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact",
+        "multicontact_torque")
 EXPERTS = {"pour": "sqp", "pour3d": "sqp", "transport": "sfrrt", "transport3d": "sfrrt", "multicontact": "stance"}
 
 
