@@ -23,8 +23,11 @@ demo: setup          ## the main job: benchmark table, plot and video under out/
 
 # One pytest worker per core, a test file per worker at a time (module fixtures built once):
 # most of a test's time is one core compiling or stepping a Taichi solver.
-test: setup          ## fast tests (CI)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+test: setup          ## the fast tier: unit tests, the import-linter contract (CI, first)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow and not integration"
+
+test-integration: setup   ## training, Ray, the apps in subprocesses, whole episodes of the costly envs (CI)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m integration
 
 test-integration: setup  ## end-to-end checks of more than ~20 s each
 	$(BIN)/python -m pytest -q -m integration -n auto --dist loadfile

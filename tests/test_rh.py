@@ -1,4 +1,4 @@
-"""Seed 001: the CMA-ES pour search, its dataset, the liquid-parameter network and the
+"""Pan & Manocha 2017: the CMA-ES pour search, its dataset, the liquid-parameter network and the
 receding-horizon agent ``rh``, on the simplified Pour-v0 (no particles, no network, no W&B)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import taigym  # noqa: F401  (registers the envs)
 from taigym.agents import make
 from taigym.agents.base import run_episode
 from taigym.agents.cmaes import plan_task, rollout
-from taigym.agents.rh import train
+from taigym.training.rh import train
 from taigym.data.cmaes_dataset import TEST_SEED, generate, generate_onpolicy, load, problem
 from taigym.models.liquid_net import FitConfig, constant_errors, errors, fit
 from taigym.planners.cmaes import CMAESConfig, Reference, trajectory
@@ -234,7 +234,7 @@ def test_flux_grows_past_the_max_tilt_and_when_braking_towards_T():
     np.testing.assert_allclose(flux(hc.max_tilt + 0.1, brake), flux(hc.max_tilt + 0.1 + surge), rtol=1e-9)
     speed_up = -brake
     np.testing.assert_allclose(flux(hc.max_tilt + 0.1, speed_up), hc.rho)   # the liquid moves back
-    # without flow_gain the network's rho alone, as in seed 001
+    # without flow_gain the network's rho alone, as in Pan & Manocha 2017
     plain = make("rh", env, flow_gain=0.0)
     hc0, _ = _pour_state(env, plain, 4)
     S[:, 2] = -side * (hc0.max_tilt + 0.3)
@@ -299,9 +299,9 @@ def test_jet_spread_costs_the_mean_miss_of_a_jet_faster_or_slower_by_it():
     def miss(dv):                                    # the jet dv faster (the dribble too)
         hc.tvx = tvx - dv
         jet_and_dribble = hc._pour(S, lap)[0]
-        pw, hc._pour_w = hc._pour_w.copy(), hc._pour_w * [[0.0], [1.0]]
+        pw, hc.pour_w = hc.pour_w.copy(), hc.pour_w * [[0.0], [1.0]]
         dribble = hc._pour(S, lap)[0]
-        hc._pour_w, hc.tvx = pw, tvx
+        hc.pour_w, hc.tvx = pw, tvx
         return jet_and_dribble, dribble
 
     (f_all, f_dr), (s_all, s_dr), (all0, dr0) = miss(sigma), miss(-sigma), miss(0.0)

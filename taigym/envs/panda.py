@@ -169,7 +169,7 @@ def joint_step(q: np.ndarray, qd: np.ndarray, action, max_speed, dt: float):
     (7 numbers, clipped to [-1, 1]) sets the joint velocities at the step's end as fractions of
     ``max_speed`` (rad/s); they change linearly over the step, so the angles move by the
     trapezoid rule. A joint that would leave its limits stops at it. ``action`` is checked
-    by the env (``_checks.check_action``). Returns (the clipped action, q1, qd1, whether a
+    by the env (``checks.check_action``). Returns (the clipped action, q1, qd1, whether a
     limit stopped a joint)."""
     a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
     qd1 = a * max_speed

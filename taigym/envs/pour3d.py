@@ -86,6 +86,8 @@ compilation and no new memory.
 ## Version history
 
 * v0 (2026-11-24): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
+  the dynamics).
 """
 
 from __future__ import annotations
@@ -100,10 +102,11 @@ from scipy.spatial.transform import Rotation
 
 from ..sim import pool
 from ..sim.constants import CONTROL_DT
-from ._checks import bounded_float, check_action, reset_options
+from ..sim.geometry import densify
+from .checks import bounded_float, check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
+from .pour import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+                   SUCCESS_MAX_SPILLED, shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .pour_tasks import MAX_VISCOSITY
@@ -146,7 +149,7 @@ class PlaneScene:
         self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
         self.boxes = task.obstacles_in_plane()
         r = self.source.radius
-        rz = _densify(np.asarray(self.source.walls), r)
+        rz = densify(self.source.walls, r)
         phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
         self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
@@ -190,7 +193,8 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 class Pour3DEnv(gym.Env):
     __doc__ = __doc__
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, container: str | None = None,
                  fill: float | None = None, viscosity: float | None = None, horizon: float = 5.0,
@@ -387,8 +391,8 @@ class Pour3DEnv(gym.Env):
         t, sc = self.task, self.scene
         t_open = sc.origin + sc.R @ (sc.t_pose + [0.0, t.target_height, 0.0])
         s_open = self.position + self.axis * t.source_height
-        s_feat = _shape_features(sc.section.source_shape(self.wall))
-        t_feat = _shape_features(sc.section.target_shape(self.wall))
+        s_feat = shape_features(sc.section.source_shape(self.wall))
+        t_feat = shape_features(sc.section.target_shape(self.wall))
         s_hot = [float(t.source_container == s) for s in SOURCE_SHAPES]
         t_hot = [float(t.target_container == s) for s in TARGET_SHAPES]
         head = [*self.q, *self.qd, *self.position, *self.axis, *self.velocity, *t_open, *(t_open - s_open),

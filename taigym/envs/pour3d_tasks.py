@@ -1,5 +1,5 @@
-"""Pour3D tasks (seeds 000 and 004 in 3D): a Franka Panda pours from an axisymmetric source
-container S into a fixed target T on a counter, past box obstacles.
+"""Pour3D tasks (Pan & Manocha 2016 and Pan, Park & Manocha 2016 in 3D): a Franka Panda pours from
+an axisymmetric source container S into a fixed target T on a counter, past box obstacles.
 
 Coordinates are the robot's (pybullet's): z up, the arm's base at the origin. The counter top
 is at z = :data:`COUNTER_HEIGHT` (the arm is mounted beside the counter, its base 0.4 m lower:
@@ -14,7 +14,7 @@ its base, since its wrist joint 6 ends at 3.75 rad). A :class:`Pour3DTask` fixes
 * the fill (liquid height / S's height, at rest), the viscosity (Pa s);
 * up to :data:`MAX_OBSTACLES` boxes (centre x, y, z and half extents, m) standing on the counter.
 
-The pour happens in the vertical plane through S's start and T (seed 000 plans there on S's
+The pour happens in the vertical plane through S's start and T (Pan & Manocha 2016 plans there on S's
 axisymmetric cross-section): :meth:`Pour3DTask.plane` gives its frame, in which the liquid is
 simulated (x from S towards T, y up from the counter, z across), and :meth:`Pour3DTask.section`
 the task's cross-section in that plane as a 2D Pour task (``taigym.envs.pour_tasks.PourTask``).
@@ -24,7 +24,7 @@ the task's cross-section in that plane as a 2D Pour task (``taigym.envs.pour_tas
 robot's y axis, 0.5-0.6 m in front of its base, within 25 cm of its x axis, 15-40 cm apart either way, S's inner bottom
 3-12 cm above T's rim; S 6-9 cm wide (a bottle's body; its neck 0.45-0.6 of that), 8-12 cm tall,
 fill 0.3-0.8; T 8-12 cm wide, 6-10 cm tall, holding at least 1.5x S's liquid; viscosity
-log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`seed000_scenes` has seed 000's two scenes.
+log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`seed000_scenes` has Pan & Manocha 2016's two scenes.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
-from .pour_tasks import MAX_VISCOSITY, PourTask, _params, _vector, task_from_dict, task_to_dict
+from .checks import bounded_float, finite_tuple, param_items
+from .pour_tasks import MAX_VISCOSITY, PourTask, task_from_dict, task_to_dict
 
 COUNTER_HEIGHT = 0.5                 #: m, the counter top above the arm's base
 #: the counter as a box (cx, cy, cz, hx, hy, hz), m: in front of the arm, down to its base
@@ -103,9 +103,9 @@ class Pour3DTask:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
             set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.02, 0.14))
             set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.03, 0.16))
-            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
-        set_("source_position", _vector("source_position", self.source_position, 3))
-        set_("target_position", _vector("target_position", self.target_position, 2))
+            set_(f"{role}_params", param_items(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_position", finite_tuple("source_position", self.source_position, 3))
+        set_("target_position", finite_tuple("target_position", self.target_position, 2))
         for k, (name, (lo, hi)) in enumerate(zip("xyz", REACH)):
             if not lo <= self.source_position[k] <= hi:
                 raise ValueError(f"source_position's {name} must be in [{lo:g}, {hi:g}] m (the arm's "
@@ -186,7 +186,7 @@ class Pour3DTask:
                 for b in self.obstacles]
 
     def section(self, wall_thickness: float = 0.01) -> PourTask:
-        """The task in the pour plane as a 2D Pour task (seed 000's cross-section): S and T
+        """The task in the pour plane as a 2D Pour task (Pan & Manocha 2016's cross-section): S and T
         through their axes, T static on the floor (the counter; :data:`TARGET_LIFT`), each box's extent along the
         plane where it meets the plane (boxes that miss the plane are left out)."""
         _, _, (L, H, D) = self.plane()
@@ -288,7 +288,7 @@ def pour3d_tasks(split: str = "train") -> tuple[Pour3DTask, ...]:
 
 
 def seed000_scenes(viscosity: float = 1e-3) -> dict[str, Pour3DTask]:
-    """Seed 000's two scenes in 3D, as ``pour_tasks.seed000_scenes`` in 2D: S a bottle (4 cm
+    """Pan & Manocha 2016's two scenes in 3D, as ``pour_tasks.seed000_scenes`` in 2D: S a bottle (4 cm
     neck on an 8 cm body, 12 cm tall, fill 0.6), T a 10 cm wide, 8 cm tall cylinder, 40 cm
     apart along the robot's y axis, 55 cm in front of its base.
 

@@ -16,7 +16,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from ._checks import check_action, reset_options
+from .checks import check_action, reset_options
 from .pour import (CONTROL_DT, make_batch, action_space, as_task, make_config,
                    observation_space)
 

@@ -51,7 +51,8 @@ percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`
 ## Info (every step, including reset)
 
 ``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
-delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, ``collided``,
+delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``reached`` (delivered: at
+the goal and still), ``path_time`` (s from the start to delivery; inf before), ``success``, ``collided``,
 ``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
 
 ## Arguments
@@ -69,6 +70,8 @@ A closed env hands its liquid solver to the next env made with the same ``dx`` a
 ## Version history
 
 * v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
+  declares what evaluations report.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ from ..sim.carried import CarriedContainer2D
 from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
-from ._checks import check_action
+from .checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               sample_task, transport_tasks)
 
@@ -108,6 +111,10 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
     slot_lo, slot_hi = [0, 0, 0, 0, 0], [1, W, H, W, H]
     return (np.array(lo + slot_lo * MAX_OBSTACLES, np.float32),
             np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
+
+
+#: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
+EPISODE_METRICS = {"success": "rate", "spilled": "fraction", "reached": "rate", "path_time": "mean"}
 
 
 def max_tilt_of(task: TransportTask) -> float:
@@ -132,7 +139,8 @@ def end_step(env, reward: float, d_prev: float) -> tuple:
 
 
 class TransportEnv(gym.Env):
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, fill: float | None = None,
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
@@ -238,8 +246,10 @@ class TransportEnv(gym.Env):
 
     def _info(self, success: bool) -> dict[str, Any]:
         at_goal = self._at_goal()
+        reached = bool(at_goal and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if at_goal else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "collided": bool(self.collided),
                 "sim_unstable": bool(self.unstable), "time": self.steps * CONTROL_DT,
                 "pose": self.pose.copy(), "velocity": self.vel.copy(),

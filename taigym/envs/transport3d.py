@@ -64,12 +64,15 @@ Taichi compilation and no new memory.
 ## Info
 
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
+``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; inf before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
 
 ## Version history
 
 * v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
+  declares what evaluations report.
 """
 
 from __future__ import annotations
@@ -84,9 +87,9 @@ from scipy.spatial.transform import Rotation
 
 from ..sim import pool
 from ..sim.constants import CONTROL_DT
-from ._checks import check_action
+from .checks import check_action
 from .panda import CONTAINER_WALL, TO_SIM, joint_step
-from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
+from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
 from .transport3d_tasks import (JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 PandaCarrier, Transport3DTask, as_task, sample_feasible_task,
                                 transport3d_tasks)
@@ -113,7 +116,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 class Transport3DEnv(gym.Env):
-    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT)), "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
                  spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
@@ -232,8 +235,10 @@ class Transport3DEnv(gym.Env):
         return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
 
     def _info(self, success: bool) -> dict[str, Any]:
+        reached = bool(self._at_goal() and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if self._at_goal() else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "is_success": bool(success), "collided": bool(self.collided),
                 "action_clipped": self.clipped, "sim_unstable": bool(self.unstable),
                 "time": self.steps * CONTROL_DT, "position": self.position.copy(),

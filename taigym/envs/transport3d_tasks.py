@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
+from .checks import bounded_float
 from .panda import CONTAINER_WALL, JOINT_HIGH, JOINT_LOW, PandaArm
 
 MAX_OBSTACLES = 3                  #: obstacle slots of the observation

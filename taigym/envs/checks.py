@@ -31,6 +31,30 @@ def reset_options(options: dict | None, accepted: tuple[str, ...] = ("task",)) -
     return options
 
 
+def finite_tuple(name: str, value: Any, size: int) -> tuple[float, ...]:
+    """``value`` as ``size`` floats, or ``ValueError`` naming ``name`` unless they are finite."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = np.full(0, np.nan)
+    if a.shape != (size,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
+    return tuple(float(x) for x in a)
+
+
+def param_items(name: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """A mapping (or pairs) of parameter names to numbers as sorted (name, float) pairs, or
+    ``ValueError`` naming ``name``."""
+    items = dict(value).items() if not isinstance(value, tuple) else value
+    try:
+        out = tuple(sorted((str(k), float(v)) for k, v in items))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must map parameter names to numbers, got {value!r}") from None
+    if not all(math.isfinite(v) for _, v in out):
+        raise ValueError(f"{name} must hold finite numbers, got {value!r}")
+    return out
+
+
 def check_action(action: Any, space, name: str = "action") -> np.ndarray:
     """``action`` as a float64 array of ``space``'s shape (a Gymnasium ``Box``), or ``ValueError``
     naming ``name``, the expected shape and the accepted range if it has another number of
