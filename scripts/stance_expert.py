@@ -1,7 +1,7 @@
-"""The expert of Bouyarmane 2011, "Multi-Contact Planning" (``taigym.agents.make("stance", env)``:
-stance planner + FSM + QP controller) on ``taigym/MultiContact-v1`` eval tasks, as a user runs
-it (the env's and the agent's defaults): per-family success (goal reached without a fall),
-falls, planning time and expanded stances, and a video of the first successful climb.
+"""Bouyarmane & Kheddar's expert (``taigym.agents.make("stance", env)``: stance planner + FSM + QP
+controller) on ``taigym/MultiContact-v1`` eval tasks, as a user runs it (the env's and the
+agent's defaults): per-family success (goal reached without a fall), falls, planning time and
+expanded stances, and a video of the first successful climb.
 
     python scripts/stance_expert.py [--per-family N] [--first I] [--families step,gap,...]
         [--out results.json] [--video out.mp4] [--check] [--max-nodes N]

@@ -1,4 +1,4 @@
-"""The stance planner of Bouyarmane 2011, "Multi-Contact Planning", on the MultiContact eval split: per-family planning success and
+"""Bouyarmane & Kheddar's stance planner on the MultiContact eval split: per-family planning success and
 time, every returned stance checked independently (``taigym.planners.stance.check_step``).
 
     python scripts/stance_plan.py [--per-family N] [--max-nodes N] [--time-limit S]

@@ -8,7 +8,7 @@ from gymnasium.utils.env_checker import check_env
 
 import taigym
 from taigym.envs.multicontact import MultiContactEnv
-from taigym.envs.multicontact_tasks import FAMILIES, MultiContactTask
+from taigym.envs.multicontact_tasks import RIGID_FAMILIES, MultiContactTask
 from taigym.sim import humanoid as hum
 
 
@@ -32,7 +32,7 @@ def test_splits_fixed_disjoint_balanced():
     tr, ev = taigym.envs.tasks("multicontact", "train"), taigym.envs.tasks("multicontact", "eval")
     assert len(tr) == 1000 and len(ev) == 100 and not set(tr) & set(ev)
     assert taigym.envs.tasks("multicontact", "eval") == ev
-    assert {f: sum(t.family == f for t in ev) for f in FAMILIES} == {f: 25 for f in FAMILIES}
+    assert {f: sum(t.family == f for t in ev) for f in RIGID_FAMILIES} == {f: 25 for f in RIGID_FAMILIES}
     for t in ev[:8]:
         assert MultiContactTask.from_dict(t.to_dict()) == t
 

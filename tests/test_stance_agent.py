@@ -128,19 +128,21 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     import taigym.agents.stance as sa
 
     monkeypatch.setattr(sa, "PHASE_TIMEOUT", 0.3)
+    monkeypatch.setattr(sa, "MAX_REPLANS", 0)       # no replan: the robot holds the swing's stance
     env, obs, info, agent = _standing_on_a_step_task()
     com = agent.model.robot.com_and_jacobian()[0]
     feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
     q, quat = obs[:21].astype(float), obs[45:49].astype(float)
     hand = st.Contact("right_hand", "floor", 0.0)     # a support that must never be used
-    agent.phases = [dict(kind="swing", support=feet, limb="right_hand", target=np.array([1.0, -0.2, 1.0]),
+    agent.phases = [dict(kind="swing", support=feet, limb="right_hand", contact=hand, target=np.array([1.0, -0.2, 1.0]),
                          normal=np.array([-1.0, 0.0, 0.0]), com=com, q=q, quat=quat, grip=False, rot=None,
                          rung=False),
                     dict(kind="load", support=feet + [hand], load=["right_hand"], com=com, q=q, quat=quat),
                     dict(kind="hold", support=feet + [hand], com=com, q=q, quat=quat)]
     agent.k, agent.t_phase, agent.grip, agent.events = 0, 0.0, {h: False for h in hum.HANDS}, []
+    agent.replans = 0
     kinds = set()
-    for _ in range(360):
+    for _ in range(600):
         obs, _, term, _, info = env.step(agent.act(obs, info))
         kinds.add(agent.phases[agent.k]["kind"])
         assert not term

@@ -1,4 +1,4 @@
-"""``stance``: the expert of Bouyarmane 2011, "Multi-Contact Planning", for
+"""``stance``: Bouyarmane & Kheddar's expert (Bouyarmane 2011, "Multi-Contact Planning") for
 ``taigym/MultiContact-v1``: motion synthesis over a stance plan.
 
 On ``reset`` the agent plans a stance sequence for ``env.unwrapped.task`` with
@@ -61,11 +61,11 @@ from scipy.spatial.transform import Rotation
 
 from taigym.planners import stance as st
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import TORQUE_CONTROL_DT
 
-from .base import Agent, check_ranges
+from .base import Agent, check_ranges, planning
 
 MAX_NODES = 400        # stances the planner may expand (a node budget: plans do not depend on the machine's load)
-MAX_CONTROL_DT = 1.0 / 60.0  # s, the coarsest env control step the QP controller holds the robot at
 TOE_AHEAD = 0.15       # m, from a sole's centre to just past its toe (sole half length 0.11)
 STEP_FACE = 0.05       # m, terrain this much higher than a sole just ahead of its toe is a step's face
 FACE_CLEAR = 0.04      # m, a sole before a step's face draws back this far as it rises
@@ -123,22 +123,23 @@ class StanceAgent(Agent):
     """Stance planner + FSM + QP controller (module docstring)."""
 
     name = "stance"
+    families = ("multicontact",)
 
     def __init__(self, env, max_nodes: int = MAX_NODES, time_limit: float | None = None, **cfg):
-        super().__init__(env, max_nodes=max_nodes, time_limit=time_limit, **cfg)
+        if cfg:
+            raise ValueError(f"unknown stance-agent option(s): {', '.join(sorted(cfg))}; accepted: max_nodes, time_limit")
+        super().__init__(env, max_nodes=max_nodes, time_limit=time_limit)
         check_ranges(self.cfg, {"max_nodes": (1, 100000, "stances")})
         if time_limit is not None:
             check_ranges(self.cfg, {"time_limit": (0.0, 1e5, "s")})
         u = env.unwrapped
-        if not hasattr(u, "control") or not hasattr(u, "control_dt"):
-            raise ValueError(f"env must be a taigym/MultiContact env (stance drives its humanoid), got {u!r}")
         # the QP controller computes joint torques: pybullet's position motors cannot render
         # them (the expert fell within 3-6 s in PD mode), and held for longer than 1/60 s they
         # lose the ladder (eval ladders 0 and 1 at 0.05 s)
         if u.control != "torque":
             raise ValueError(f"stance needs the env's control='torque' (its QP computes joint torques), got "
                              f"control={u.control!r}; use gym.make('taigym/MultiContact-v1') or control='torque'")
-        if u.control_dt > MAX_CONTROL_DT + 1e-9:
+        if u.control_dt > TORQUE_CONTROL_DT + 1e-9:
             raise ValueError(f"stance needs the env's control_dt in [1/240, 1/60] s, got control_dt={u.control_dt!r}")
         self.time_limit, self.max_nodes = time_limit, int(max_nodes)
         self.plan = None
@@ -152,15 +153,8 @@ class StanceAgent(Agent):
         if task is None:
             raise RuntimeError("call env.reset() before agent.reset()")
         if task != self._task:
-            if self.model is not None:
-                self.model.close()
-            self._first_plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
-            self.model = st.StanceModel(task)
-            self._bars = task.scene()[1]
-            self._task = task
+            self.make_plan(task)
         self.plan = self._first_plan
-        #: s of planning this episode (the first plan, and any replans)
-        self.plan_seconds = self.plan.seconds
         self.replans = 0
         self._exclude: set = set()          # moves that failed when executed, kept out of replans
         self.phases = self._phases() if self.plan.solved else []
@@ -171,6 +165,16 @@ class StanceAgent(Agent):
         #: the next stance's support alone loaded)
         self.sink_log: list[tuple[str, float, float]] = []
         self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
+
+    @planning
+    def make_plan(self, task) -> None:
+        """Plan the stance sequence of ``task`` (and build the controller's model of its scene)."""
+        if self.model is not None:
+            self.model.close()
+        self._first_plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
+        self.model = st.StanceModel(task)
+        self._bars = task.scene()[1]
+        self._task = task
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -482,6 +486,7 @@ class StanceAgent(Agent):
         self.t_phase = -self.env.unwrapped.control_dt
         self._replan(ph["support"], ("release", ph["unload"][0]), obs)
 
+    @planning
     def _replan(self, stance, move: tuple, obs) -> None:
         """Plan again from ``stance`` and the robot's current configuration, without ``move``
         from that stance (nor any move that failed before this episode), at most MAX_REPLANS
@@ -495,7 +500,6 @@ class StanceAgent(Agent):
         x = (obs[42:45], obs[45:49] / np.linalg.norm(obs[45:49]), obs[:21])
         plan = st.plan(self._task, time_limit=self.time_limit, max_nodes=self.max_nodes, start=(stance, x),
                        exclude=frozenset(self._exclude))
-        self.plan_seconds += plan.seconds
         self.events.append((self.k, f"replanned: {plan.status}"))
         if plan.solved:
             self.plan = plan
@@ -512,8 +516,7 @@ class StanceAgent(Agent):
         T[0:3, 3:6] = R.T
         T[3:6, 0:3] = R.T
         T[6:, 6:] = np.eye(21)
-        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, self._q(rob))),
-                                            physicsClientId=model.client))
+        Mp = rob.mass_matrix(self._q(rob))
         M = T.T @ Mp @ T
         G = rob.gravity_forces()
         # contact points and cone generators of the support

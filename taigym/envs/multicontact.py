@@ -24,6 +24,8 @@ within 2 cm of the bar's surface, released when the command stops.
 
 ``control="pd"``: the same with 0-20 joint position targets (-1 -> lower limit, 1 -> upper
 limit) for pybullet's position motors (PD, gains ``kp``, ``kd``) with the joints' torque limits.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -61,7 +63,8 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ## Info (every step, including reset)
 
-``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``contacts``
+``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``stances`` (stances
+reached: changes of the set of limbs in contact that held for 0.25 s), ``contacts``
 (dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
 ``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``, ``sink``
 (dict foot -> the pad's simulated sink under the sole's centre, m, for the feet touching a soft
@@ -94,7 +97,9 @@ Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains avai
   targets: results and policies obtained with v0's defaults do not carry over. Added with it
   (both versions, nothing of the four rigid families changes): the ``soft`` family and
   ``info["sink"]``.
-* v0: first version (Bouyarmane 2011's four scene families).
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``stances``; ``metadata["episode_metrics"]`` declares what
+  evaluations report.
 """
 
 from __future__ import annotations
@@ -108,12 +113,14 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
-from taigym.sim.constants import GRAVITY
+from taigym.sim.constants import GRAVITY, TORQUE_CONTROL_DT
 from taigym.sim.soft_support import SoftSupport
 
-from .multicontact_tasks import FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task, soft_tasks
+from .checks import check_action
+from .multicontact_tasks import (FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task,
+                                 soft_tasks)
 
-CONTROL_DT = 1.0 / 60.0          # s, the default control step (module docstring: why)
+STANCE_HOLD = 0.25          # s: a new set of limbs in contact counts in info["stances"] once held this long
 PHYSICS_DT = 1.0 / 240.0
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
@@ -133,13 +140,14 @@ def _number(name: str, value: Any, lo: float, hi: float) -> float:
 class MultiContactEnv(gym.Env):
     """Humanoid multi-contact locomotion in pybullet (module docstring)."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20,
+                "episode_metrics": {"success": "rate", "fell": "rate", "goal_distance": "mean", "stances": "mean"}}
 
     def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "torque",
                  horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
-                 kd: float = 1.0, control_dt: float = CONTROL_DT):
+                 kd: float = 1.0, control_dt: float = TORQUE_CONTROL_DT):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
         if task_split is not None and task_split not in SPLIT_SIZES:
@@ -218,6 +226,7 @@ class MultiContactEnv(gym.Env):
         self._target = self.robot.get_state()[2]
         self._dist = self._goal_distance()
         self._torque = np.zeros(hum.N_JOINTS)
+        self._stance, self._pending, self._held, self.stances = self._limbs_in_contact(), None, 0.0, 0
         info = self._info(fell=False, violation=False, unstable=False)
         return self._obs(), info
 
@@ -225,9 +234,7 @@ class MultiContactEnv(gym.Env):
     def step(self, action):
         if self.robot is None:
             raise RuntimeError("call reset() before step()")
-        a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
-        if a.shape != (hum.N_JOINTS + 2,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be {hum.N_JOINTS + 2} finite numbers, got shape {a.shape}")
+        a = np.clip(check_action(action, self.action_space), -1.0, 1.0)
         rob, c = self.robot, self.client
         joints = [int(j) for j in rob.joints]
         if self.control == "pd":
@@ -260,6 +267,7 @@ class MultiContactEnv(gym.Env):
         progress = self._dist - dist
         self._dist = dist
         success = (not fell) and self._success()
+        self._count_stance()
         effort = float(np.mean((self._torque / hum.TORQUE_LIMITS) ** 2))
         r_prog = self.progress_weight * progress
         r_eff = -self.effort_weight * effort
@@ -308,6 +316,21 @@ class MultiContactEnv(gym.Env):
             for cp in p.getContactPoints(self.robot.body, bid, physicsClientId=self.client):
                 out.add(names.get(cp[3], "?"))
         return out
+
+    def _limbs_in_contact(self) -> frozenset:
+        return frozenset(limb for limb, on in self.contacts().items() if on)
+
+    def _count_stance(self) -> None:
+        """``stances``: a new set of limbs in contact counts once it has held for STANCE_HOLD."""
+        now = self._limbs_in_contact()
+        if now == self._stance:
+            self._pending = None
+            return
+        if now != self._pending:
+            self._pending, self._held = now, 0.0
+        self._held += self.control_dt
+        if self._held >= STANCE_HOLD - 1e-9:
+            self._stance, self._pending, self.stances = now, None, self.stances + 1
 
     def contacts(self) -> dict[str, bool]:
         touching = self._touching_links()
@@ -368,7 +391,8 @@ class MultiContactEnv(gym.Env):
 
     def _info(self, *, fell: bool, violation: bool, unstable: bool) -> dict:
         return {"success": bool(not fell and self._success()), "fell": bool(fell), "sim_unstable": bool(unstable),
-                "time": float(self.time), "goal_distance": float(self._dist), "contacts": self.contacts(),
+                "time": float(self.time), "goal_distance": float(self._dist), "stances": int(self.stances),
+                "contacts": self.contacts(),
                 "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
                 "contact_violation": bool(violation), "family": self.task.family, "sink": self.sinks(),
                 "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}

@@ -16,4 +16,8 @@ MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit colla
 VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
                           # scheme's own numerical viscosity dominates)
 
-GRAVITY = 9.81            # m/s^2, standard gravity (the MultiContact robot's scenes and planner)
+# Shared physical and control constants: defined here once, imported everywhere else.
+GRAVITY = 9.81            # m/s^2, magnitude; gravity points along -y in 2D and -z in 3D
+CONTROL_DT = 0.05         # s: the envs' default control step (DESIGN.md §2)
+TORQUE_CONTROL_DT = 1.0 / 60.0   # s: MultiContact-v1's default control step, the coarsest at which the
+                                 # stance expert's QP torque control holds the humanoid (see its env)
