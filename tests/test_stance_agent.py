@@ -153,6 +153,35 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     env.close()
 
 
+def test_a_contact_that_cannot_unload_is_not_released(monkeypatch):
+    """A shift onto the left sole alone with the CoM left between both soles: the right sole
+    keeps carrying half the weight, so it is not released (released, the robot falls); the shift
+    fails and the robot keeps standing on both soles."""
+    import taigym.agents.stance as sa
+
+    monkeypatch.setattr(sa, "MAX_REPLANS", 0)
+    env, obs, info, agent = _standing_on_a_step_task()
+    com = agent.model.robot.com_and_jacobian()[0]
+    feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+    left = [c for c in feet if c.limb == "left_foot"]
+    q, quat = obs[:21].astype(float), obs[45:49].astype(float)
+    agent.phases = [dict(kind="shift", support=feet, com=com, q=q, quat=quat, unload=["right_foot"], next=left,
+                         sinks={}, forces={}),
+                    dict(kind="release", support=left, limbs=["right_foot"], com=com, q=q, quat=quat),
+                    dict(kind="hold", support=left, com=com, q=q, quat=quat)]
+    agent.k, agent.t_phase, agent.grip, agent.events, agent.replans = 0, 0.0, {h: False for h in hum.HANDS}, [], 0
+    kinds = set()
+    for _ in range(240):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        kinds.add(agent.phases[agent.k]["kind"])
+        assert not term
+    assert [e for _, e in agent.events] == ["unload failed"] and "release" not in kinds
+    assert agent.phases[agent.k]["support"] == feet
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()
+
+
 def test_a_failed_qp_step_repeats_the_last_torques(monkeypatch):
     """In torque control a step whose QP finds no solution (OSQP's iteration limit, seen on eval
     slopes) sends the last solved torques: the robot keeps standing where it was. (Sending the

@@ -49,7 +49,7 @@ def test_checker_rejects_bad_stances(start_step):
 
 @pytest.fixture(scope="module")
 def walk():
-    return st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, time_limit=40.0)
+    return st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1)
 
 
 def test_planner_solves_a_short_walk_and_every_step_checks(walk):
@@ -99,6 +99,20 @@ def test_every_foot_step_has_a_balanced_transition_with_the_foot_lifted(walk, mo
         assert st.solve_transition(model, (a.base_pos, a.base_quat, a.q), b, new.limb) is None
     finally:
         model.close()
+
+
+def test_a_replan_starts_where_the_robot_stands_and_avoids_the_move_that_failed(walk):
+    """From a stance of the plan and its configuration (as the agent replans when a transition
+    failed), the planner searches from that stance and never takes the excluded move from it."""
+    stance, step = walk.stances[0], walk.steps[0]          # both soles down; the plan lets go of one
+    failed = st.move_signature(walk.stances[0], walk.stances[1])
+    assert failed[0] == "release"
+    plan = st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, max_nodes=200,
+                   start=(stance, (step.base_pos, step.base_quat, step.q)),
+                   exclude=frozenset({(st.stance_key(stance), failed)}))
+    assert plan.solved and plan.stances[0] == tuple(sorted(stance))
+    assert all(not (st.stance_key(a) == st.stance_key(stance) and st.move_signature(a, b) == failed)
+               for a, b in zip(plan.stances, plan.stances[1:]))
 
 
 def test_osqp_matrices_built_directly_equal_scipys():

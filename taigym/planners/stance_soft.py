@@ -30,7 +30,7 @@ from taigym.sim.constants import GRAVITY
 from taigym.sim.soft_support import top_nodes_under
 
 from .stance_model import Contact, StanceModel
-from .stance_statics import GRASP_GENERATORS, cone_generators, solve_qp
+from .stance_statics import force_columns, point_forces, solve_qp
 
 SOFT_ITERS = 12          # Newton steps at most
 SOFT_TRUST = 0.03        # m, rad: step bound of a Newton step (sinks are below 1.5 cm)
@@ -159,16 +159,7 @@ def soft_equilibrium(model: StanceModel, x, touching, support):
                 dgen[3:6] -= _skew(Fi) @ (J[3 * i:3 * i + 3] - _E)
             soft_pts.append((g, P, F))
         # rigid support: cone coefficients at its points (as stage 3)
-        cols, rows = [], []
-        for c in rigid:
-            link = rob.link_index[hum.LIMB_LINK[c.limb]]
-            fps = model.force_points(c)
-            Jl, _ = kin.jacobians(link, np.array([fp[0] for fp in fps]))
-            for (pt, kind, n, mu), Jp in zip(fps, Jl):
-                K = cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
-                rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
-                for k in range(K.shape[1]):
-                    cols.append((Jp.T @ K[:, k], K[:, k], kind))
+        cols, rows = force_columns(model, rigid, kin)
         m = len(cols)
         B = np.column_stack([cc[0] for cc in cols]) if m else np.zeros((27, 0))
         if lam_prev is not None and len(lam_prev) == m:
@@ -222,10 +213,7 @@ def soft_equilibrium(model: StanceModel, x, touching, support):
     tau = -(resid_gen[6:] + B[6:] @ lam)
     if resid > SOFT_RESIDUAL or np.any(np.abs(tau) > tmax * 1.01):
         return "soft torques"
-    points = []
-    for limb, pt, kind, n, mu, start, cnt in rows:
-        f = sum(lam[start + k] * cols[start + k][1] for k in range(cnt))
-        points.append((limb, pt, f, kind, n, mu))
+    points = point_forces(rows, cols, lam)
     sinks = {}
     for g, P, F in soft_pts:
         k = 0

@@ -175,17 +175,7 @@ def contact_forces(model: StanceModel, support):
     Returns (points, tau, residual) or None."""
     rob = model.robot
     G = rob.gravity_forces()
-    cols, rows = [], []
-    for c in support:
-        link = rob.link_index[hum.LIMB_LINK[c.limb]]
-        fps = model.force_points(c)
-        # the real contact points: the limb's points as they are in q (the IK met the targets)
-        Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
-        for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
-            rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
-            for k in range(K.shape[1]):
-                cols.append((J.T @ K[:, k], K[:, k], kind))
+    cols, rows = force_columns(model, support, rob.kinematics())
     m = len(cols)
     B = np.column_stack([cc[0] for cc in cols])      # (27, m): generalised force per coefficient
     tmax = hum.TORQUE_LIMITS
@@ -209,11 +199,32 @@ def contact_forces(model: StanceModel, support):
     tau = -(G[6:] + B[6:] @ x)
     if resid > 1.0 or np.any(np.abs(tau) > tmax * 1.01):
         return None
-    points = []
-    for limb, pt, kind, n, mu, start, cnt in rows:
-        f = sum(x[start + k] * cols[start + k][1] for k in range(cnt))
-        points.append((limb, pt, f, kind, n, mu))
-    return points, tau, resid
+    return point_forces(rows, cols, x), tau, resid
+
+
+def force_columns(model: StanceModel, support, kin: hum.Kinematics):
+    """The support's contact points and cone generators for the configuration ``kin``: ``cols``
+    (generalised force (27,), force (3,), kind) per cone coefficient and ``rows`` (limb, point,
+    kind, normal, mu, first column, columns) per point. The points are the targets' (the IK met
+    them); the Jacobians are the configuration's."""
+    cols, rows = [], []
+    for c in support:
+        link = model.robot.link_index[hum.LIMB_LINK[c.limb]]
+        fps = model.force_points(c)
+        Jl, _ = kin.jacobians(link, np.array([fp[0] for fp in fps]))
+        for (pt, kind, n, mu), J in zip(fps, Jl):
+            K = cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+            rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
+            for k in range(K.shape[1]):
+                cols.append((J.T @ K[:, k], K[:, k], kind))
+    return cols, rows
+
+
+def point_forces(rows, cols, lam: np.ndarray) -> list:
+    """(limb, point, force (3,), kind, normal, mu) per point of :func:`force_columns` for the
+    cone coefficients ``lam``."""
+    return [(limb, pt, sum(lam[start + k] * cols[start + k][1] for k in range(cnt)), kind, n, mu)
+            for limb, pt, kind, n, mu, start, cnt in rows]
 
 
 def com_accel_margin(model: StanceModel, support, com: np.ndarray, cap: float = 5.0) -> float:
