@@ -15,12 +15,21 @@ its objectives:
 * Adj+ (a contact is added): on one sole with no grasp, first ``centre`` the CoM, the limb held,
   at the nearest point that support balances with a stability margin (as a shift's target; done
   within 1.5 cm, or 1 s after its reference ends); then ``swing`` the limb along a lifted path
-  (up the surface normal, across, down; a foot to or from a rung first backs off the ladder,
-  from under a rung first drawing back level till its toe clears it) to its contact target
-  while the others hold, pressing a centimetre past the surface until the limb touches it (and
-  a sole lies flat on it), then close the grip on a bar; then ``load`` it: the new contact
-  joins the support with a penalty on its forces that falls to 0 over the phase, while the CoM
-  moves to the next configuration's.
+  (up the surface normal, across, down; a foot before a step's face first rises clear of it, a
+  foot to or from a rung first backs off the ladder, from under a rung first drawing back level
+  till its toe clears it) to its contact target while the others hold, pressing a centimetre
+  past the surface until the limb touches it (and a sole lies flat on it), then close the grip
+  on a bar; the swinging limb's joints follow its path, not the posture reference; then
+  ``load`` it: the new contact joins the support with a penalty on its forces that falls to 0
+  over the phase, while the CoM moves to the next configuration's.
+* Deformable supports (the paper's linear-elastic extension, the ``soft`` family): the plan's
+  configurations stand sunk into the pad (the IK's equilibrium with the pad's reaction forces,
+  :mod:`taigym.planners.stance_soft`), so the CoM and posture references carry the expected
+  sinks; a sole swings to its target lowered by the sink the plan expects once it is loaded;
+  while a shift unloads the contact to break, the soft contacts are drawn to the plan's forces
+  (the sinks follow the forces); a sole's centre of pressure is kept to the middle half of the
+  sole (a moment tilts it into the pad). At the end of each such shift the agent logs the
+  planned and simulated sinks (``agent.sink_log``).
 * Failures are never built on: a swing that has not landed by its timeout (the phase's path
   time + 5 s) is retried once from where the limb is, then abandoned, the robot staying in the
   swing's stance (``hold``) with the limb never loaded; a shift whose CoM never gets over the
@@ -47,8 +56,9 @@ Agent configuration: ``max_nodes`` (the planning budget in expanded stances, def
 :data:`MAX_NODES`), ``time_limit`` (an optional wall-time budget, s; default none, so that a plan
 does not depend on the machine's speed or load). The env must be in torque control with a control
 step of at most 1/60 s (``taigym/MultiContact-v1``'s defaults); ``make`` raises a ValueError otherwise.
-``agent.plan`` holds the last plan (``status``, stances, configurations); ``agent.qp_forces`` the
-last QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
+``agent.plan`` holds the plan being executed (``status``, stances, configurations; after a
+replan, the new one), ``agent.replans`` the replans of the episode; ``agent.qp_forces`` the last
+QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
 """
 
 from __future__ import annotations

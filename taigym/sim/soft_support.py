@@ -16,17 +16,21 @@ Coupling, each physics step (:meth:`SoftSupport.update`):
 
 1. pybullet's contact forces between the robot and the heightfield, summed per robot link into a
    wrench (force and moment about the link's footprint centre);
-2. each touching link is a rigid punch: the pad's top nodes under it (inside the convex hull of
-   its contact points, or the nearest node) move as one rigid body, with loads that make up its
-   wrench; solved jointly for all links with the pad's compliance between those nodes
-   (C_DD f = Phi r, Phi^T f = wrench);
+2. each touching link is a rigid punch: the pad's top nodes under it (within half a node spacing
+   of its flat face's corners, a sole's, as the caller gives them; of its contact points for
+   other links) move as one rigid body, with loads that make up its wrench; solved jointly for
+   all links with the pad's compliance between those nodes (C_DD f = Phi r, Phi^T f = wrench);
 3. the vertical displacement of every top node (the nodal loads through the compliance), which
    the pad's top follows with its viscoelastic retardation time, moves the heightfield's vertices.
 
 The rigid sole under a flat contact then rests in a dent whose floor is the punch's rigid
 motion, as on a real pad; pybullet reports at most four contact points per body pair, so the
 contact points themselves are not used as point loads (their distribution is the solver's, not
-the pad's). Below the heightfield a rigid core keeps links off the pad's sides.
+the pad's). Below the heightfield a rigid core, and along its edges a rigid rim up to 2 mm below
+the top, keep links off the pad's sides; the heightfield's collision margin is 0.5 mm.
+
+The pad's sink is :meth:`SoftSupport.dent`, the depression of its top face (the FEM's state);
+a sole resting in it sits within pybullet's contact resolution (0.1-0.3 mm) of it.
 """
 
 from __future__ import annotations
@@ -109,12 +113,6 @@ class SoftBlock:
         """Whether (x, y) lies on the pad's top face (at least ``margin`` inside its edges)."""
         L, W, _ = self.size
         return self.x0 + margin <= x <= self.x0 + L - margin and abs(y - self.y0) <= W / 2 - margin
-
-    @property
-    def wave_time(self) -> float:
-        """s, the time a compression wave takes through the pad's thickness (its quasi-static
-        response's time constant)."""
-        return self.size[2] / np.sqrt(fem.uniaxial_modulus(self.E, self.nu) / self.rho)
 
 
 def top_nodes_under(solid: fem.LinearElasticSolid, polygon: np.ndarray, tol: float = FOOTPRINT_GROW) -> np.ndarray:
