@@ -115,6 +115,7 @@ class StanceModel:
         self.client = p.connect(p.DIRECT)
         self.robot = hum.Robot.load(self.client)
         boxes, bars = task.scene()
+        n_rigid = len(boxes)
         self.surfaces: dict[str, Surface] = {s.name: s for s in task.surfaces()}
         # a deformable support collides as its undeformed block
         for s in self.surfaces.values():
@@ -123,6 +124,8 @@ class StanceModel:
                 L, W, T = b.size
                 boxes = list(boxes) + [((b.x0 + L / 2, b.y0, b.top - T / 2), (L / 2, W / 2, T / 2), 0.0, s.mu)]
         self.scene_ids = hum.build_scene(self.client, boxes, bars, visual=False)
+        #: pybullet ids of the deformable supports' blocks
+        self.soft_ids = set(self.scene_ids[n_rigid:len(boxes)])
         self.cache: dict = {}       # per-task data of the planner's parts (pads' FEM, footprints)
         self.sole_local = {f: np.mean(hum.LIMB_POINTS[f], axis=0) for f in hum.FEET}
         # hands stay on the robot's side of a ladder's plane of rungs (point, normal towards the
