@@ -136,3 +136,25 @@ def test_the_env_reports_the_sink_of_soles_on_the_pad():
         assert all(5e-5 < s < 2e-3 for s in info["sink"].values())
     finally:
         env.close()
+
+
+@pytest.mark.slow
+def test_the_expert_climbs_onto_the_pad_and_predicts_its_sink():
+    """Eval soft task 1 (a 0.34 m step, E = 0.82 MPa) with the env's defaults: the expert reaches
+    the goal without a fall, and the sink its plan predicts under the sole that stands alone on the
+    pad is the simulated one within 20 %. The trailing shin rests millimetres from the pad's edge
+    as its foot leaves the floor: held off the edge by the QP's clearance rows (at a cost above
+    the CoM task's), the body sank and the robot fell at 22.9 s."""
+    env = gym.make("taigym/MultiContact-v1")
+    try:
+        obs, info = env.reset(seed=1, options={"task": soft_tasks("eval")[1]})
+        agent = taigym.agents.make("stance", env)
+        agent.reset(seed=1)
+        done = False
+        while not done:
+            obs, _, term, trunc, info = env.step(agent.act(obs, info))
+            done = term or trunc
+        assert info["success"] and not info["fell"]
+        assert agent.sink_log and all(abs(sim / plan - 1) <= 0.2 for _, plan, sim, *_ in agent.sink_log)
+    finally:
+        env.close()
