@@ -173,7 +173,7 @@ class StanceAgent(Agent):
         #: (limb, planned sink, simulated sink (m), planned and controller's vertical force (N)) of
         #: soles on a deformable support at the end of each shift (the contact to break unloaded:
         #: the next stance's support alone loaded)
-        self.sink_log: list[tuple[str, float, float]] = []
+        self.sink_log: list[tuple[str, float, float, float, float]] = []
         self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
 
     @planning
