@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 import taigym.agents
 from taigym.envs import tasks
 from taigym.envs.pour import (ACTION_SCALE, N_STATE, OBSTACLE_HANDLES, PARKED_POSE, SETTLE_SPEED,
-                               PourEnv, _densify, to_world)
+                               PourEnv, densify, to_world)
 from taigym.envs.pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask, fingerprint, reflect, sample_task
 from taigym.envs.render import OBSTACLE_COLOUR, render_scene
 from taigym.sim import Box
@@ -387,7 +387,7 @@ def test_moves_into_an_obstacle_are_clipped(env, width):
     env.reset(seed=0, options={"task": block_task(block)})
     u = env.unwrapped
     S, box = u.source_shape, Box(width, 0.30)
-    wall = _densify(np.asarray(S.walls), 5e-4)  # S's wall centreline every 0.5 mm
+    wall = densify(np.asarray(S.walls), 5e-4)  # S's wall centreline every 0.5 mm
     clipped, poses = [], []
     for k in range(12):  # at full speed towards the block, bobbing and rocking
         a = np.array([1.0, 0.3 * (-1) ** k, -1.0 if k % 4 < 2 else 1.0], np.float32)

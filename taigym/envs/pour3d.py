@@ -87,8 +87,9 @@ from scipy.spatial.transform import Rotation
 
 from ._checks import reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
+from .pour_config import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+                          SUCCESS_MAX_SPILLED)
+from .pour_geometry import densify, shape_features
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .transport3d_tasks import HOME
@@ -131,7 +132,7 @@ class PlaneScene:
         self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
         self.boxes = task.obstacles_in_plane()
         r = self.source.radius
-        rz = _densify(np.asarray(self.source.walls), r)
+        rz = densify(np.asarray(self.source.walls), r)
         phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
         self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
@@ -350,8 +351,8 @@ class Pour3DEnv(gym.Env):
         t, sc = self.task, self.scene
         t_open = sc.origin + sc.R @ (sc.t_pose + [0.0, t.target_height, 0.0])
         s_open = self.position + self.axis * t.source_height
-        s_feat = _shape_features(sc.section.source_shape(self.wall))
-        t_feat = _shape_features(sc.section.target_shape(self.wall))
+        s_feat = shape_features(sc.section.source_shape(self.wall))
+        t_feat = shape_features(sc.section.target_shape(self.wall))
         s_hot = [float(t.source_container == s) for s in SOURCE_SHAPES]
         t_hot = [float(t.target_container == s) for s in TARGET_SHAPES]
         head = [*self.q, *self.qd, *self.position, *self.axis, *self.velocity, *t_open, *(t_open - s_open),

@@ -20,7 +20,11 @@ import numpy as np
 from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
                                       path_x)
 
-from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
+from taigym.sim.constants import CONTROL_DT
+
+from . import render
+from .pour_batch import Member, PourBatch
+from .pour_tasks import DOMAIN
 
 _FLIGHT_SAMPLES = 8             # points per outflow path checked against the obstacles
 
@@ -247,19 +251,19 @@ class SimplifiedPourBatch(PourBatch):
         self._prepare_columns(m)
         self._finish_reset(b, self._liquid_fractions(m), self._frame(m, None))
 
-    def _prepare_columns(self, m: _Member) -> None:
+    def _prepare_columns(self, m: Member) -> None:
         cfg = self.cfg
         m.columns, m.col_scale, m.col_clip = _lines(m.source, cfg.obs_mode, cfg.heightfield_bins,
                                                     cfg.dx)
 
-    def _liquid_fractions(self, m: _Member) -> dict:
+    def _liquid_fractions(self, m: Member) -> dict:
         q = m.liq
         in_s, in_t, spilled = q.in_source, q.in_target, q.spilled
         # in_flight as SimplifiedMember.in_flight, without reading in_source twice
         return {"in": {0: in_s, 1: in_t}, "spilled": spilled,
                 "in_flight": max(0.0, 1.0 - in_s - in_t - spilled)}
 
-    def _frame(self, m: _Member, loc) -> list | np.ndarray:
+    def _frame(self, m: Member, loc) -> list | np.ndarray:
         if self.cfg.obs_mode not in ("features", "lip"):
             return np.zeros(0)
         y = m.liq.column_heights(m.s_pose.tolist(), m.columns, m.col_scale, m.col_clip)
@@ -291,8 +295,8 @@ class SimplifiedPourBatch(PourBatch):
         m = self.members[b]
         spacing = 0.5 * self.cfg.dx
         x, v = m.liq.render_points(m.s_pose, m.t_pose, m.time, spacing)
-        bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
-                  (m.source, m.s_pose, _render.SOURCE_COLOUR)]
+        bodies = [(m.target, m.t_pose, render.TARGET_COLOUR),
+                  (m.source, m.s_pose, render.SOURCE_COLOUR)]
         lines = self._parabola(b) if parabola else []
-        return _render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
+        return render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
                                     polylines=lines, boxes=m.task.obstacles)
