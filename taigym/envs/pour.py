@@ -62,17 +62,29 @@ frames (8 numbers in [0, 1.5]). ``obs_mode="particles"``: ``Dict(state=Box(40,),
 
 ## Rewards
 
-Per step, normalised by the number of particles N (so that the return does not depend on the
-resolution):
+``reward_mode`` chooses the reward; ``info["reward_<term>"]`` holds each term of the mode, and
+they sum to the reward. Liquid terms are fractions of the initial liquid (for particles: per
+particle, divided by the number of particles N, so that the return does not depend on the
+resolution).
 
-| term | value |
-|------|-------|
-| target | seed 001's R_p = (W - dist)/W, clipped to [0, 1], for each particle entering T this step (dist: distance from T's opening centre where it crosses the opening, W: half the opening width), minus the R_p earned earlier by each particle that leaves T; summed and divided by N |
-| spill | ``-spill_penalty`` (default 2) times the increase of the spilled fraction |
-| smoothness | ``-smoothness_penalty`` (default 1e-3) times ``||a_t - a_{t-1}||^2`` |
+| mode | term | value |
+|------|------|-------|
+| ``"rp"`` (default), ``"dense"`` | target | Pan & Manocha 2017's R_p = (W - dist)/W, clipped to [0, 1], for each particle entering T this step (dist: distance from T's opening centre where it crosses the opening, W: half the opening width), minus the R_p earned earlier by each particle that leaves T; summed and divided by N |
+| ``"rp"``, ``"dense"`` | spill | ``-spill_penalty`` (default 2) times the increase of the spilled fraction |
+| ``"rp"``, ``"dense"`` | smooth | ``-smoothness_penalty`` (default 1e-3) times ``||a_t - a_{t-1}||^2`` |
+| ``"dense"`` | approach | ``shaping_gamma`` Phi_a(s') - Phi_a(s), Phi_a = 0.2 max(0, 1 - miss / 0.4 m): miss is the horizontal distance from the nearer of S's lips to where T's opening centre will be when liquid dropped from that lip reaches T's rim |
+| ``"dense"`` | lean | ``shaping_gamma`` Phi_l(s') - Phi_l(s), Phi_l = 0.5 aim min(1, abs(theta) / 2 rad): aim = max(0, 1 - miss / W) on the pouring lip (the right one for theta <= 0), fading to 0 as that lip sinks 1 cm below T's rim |
+| ``"sparse"`` | success | 1 on the step that ends an episode with ``success``, else 0 |
 
-The undiscounted return is thus (sum of R_p over the particles in T)/N - spill_penalty * spilled
-- smoothness, in about [-2, 1]. ``info`` holds the three terms.
+``"rp"``'s undiscounted return is (sum of R_p over the particles in T)/N - spill_penalty *
+spilled - smoothness, in about [-2, 1]. ``"dense"`` adds potential-based shaping (Ng, Harada &
+Russell 1999) that leads exploration to a pour over T: a lip over T's opening, then a tilt only
+while what it pours would land in T. Phi is 0 on the step that ends an episode (the time is in
+the observation), so the shaping adds -Phi(s_0) to the discounted return whatever the agent
+does: for a learner whose discount is ``shaping_gamma`` (default 0.99) the optimal policies of
+``"dense"`` and ``"rp"`` are the same (``taigym.envs.pour_reward``). ``"rp"`` stays the default
+because the experts' objectives and every published return use it, and because ``"dense"``
+assumes the learner's discount.
 
 ## Episode end
 
@@ -88,8 +100,8 @@ outside both containers is spilled if it moved slower than 5 cm/s over the last 
 resting on the floor or an obstacle, or is below the level of T's opening, else in flight),
 ``success`` (= ``is_success``: in_target >= 0.9 and spilled <= 0.05), ``sim_unstable``,
 ``time`` (s), ``source_pose``, ``source_velocity``, ``target_pose``, ``target_velocity``,
-``action_clipped``, ``collision`` (S's solid overlaps T's or an obstacle), ``reward_target``,
-``reward_spill``, ``reward_smooth``, ``n_particles``.
+``action_clipped``, ``collision`` (S's solid overlaps T's or an obstacle), ``reward_<term>`` for
+each term of the reward mode (Rewards), ``n_particles``.
 
 ## Arguments
 
@@ -102,8 +114,8 @@ exactly. ``resolution`` is the number of grid cells across the 0.8 m scene (64-5
 ``max(1 cm, 2 cells)`` thick). Other arguments: ``horizon`` (s, default 5), ``max_particles``
 (capacity per scene; default: a full 10 x 12 cm cup), ``n_particles`` (particles obs, 256),
 ``heightfield_bins`` (16), ``image_size`` ((80, 128), rgb obs), ``render_size`` ((320, 512)),
-``spill_penalty`` (2), ``smoothness_penalty`` (1e-3), ``arch`` ("cpu"), ``fidelity``
-("particles"). Closed envs hand their solver to the next env built with the same resolution
+``spill_penalty`` (2), ``smoothness_penalty`` (1e-3), ``reward_mode`` ("rp", "dense" or
+"sparse"), ``shaping_gamma`` (0.99, in [0, 1]), ``arch`` ("cpu"), ``fidelity`` ("particles"). Closed envs hand their solver to the next env built with the same resolution
 and batch size, which saves Taichi's kernel compilation. The batched version is
 ``gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point")``.
 
@@ -135,6 +147,7 @@ from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, FIDELITIES, HISTORY, N_S
                           SUCCESS_MAX_SPILLED, TILT_LIMIT, PourConfig, action_space, as_task,
                           make_config, observation_space, state_bounds)
 from .pour_geometry import densify, shape_features, task_geometry, to_local, to_world  # noqa: F401
+from .pour_array import SimplifiedArrayBatch
 from .pour_simplified import SimplifiedPourBatch
 from .pour_tasks import PourTask
 
@@ -142,10 +155,12 @@ from .pour_tasks import PourTask
 _densify = densify
 
 
-def make_batch(cfg: PourConfig, batch_size: int = 1) -> PourBatch:
-    """The batch of the config's fidelity: the FLIP solver or seed 000's reduced model."""
+def make_batch(cfg: PourConfig, batch_size: int = 1, vectorised: bool = False) -> PourBatch:
+    """The batch of the config's fidelity: the FLIP solver or Pan & Manocha 2016's reduced model,
+    the latter in array operations over the batch if ``vectorised`` (the vector env's engine;
+    the single env's steps each member in Python floats, faster for one)."""
     if cfg.fidelity == "simplified":
-        return SimplifiedPourBatch(cfg, batch_size)
+        return (SimplifiedArrayBatch if vectorised else SimplifiedPourBatch)(cfg, batch_size)
     return PourBatch(cfg, batch_size)
 
 
@@ -191,9 +206,10 @@ class PourEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         options = reset_options(options)
-        task = as_task(options["task"]) if options.get("task") is not None else self.cfg.sample(self.np_random)
+        given = options.get("task") is not None
+        task = as_task(options["task"]) if given else self.cfg.sample(self.np_random)
         jitter = int(self.np_random.integers(2 ** 31))
-        self._batch.reset_member(0, task, jitter)
+        self._batch.reset_member(0, task, jitter, fresh=not given and self.cfg.task_split is None)
         self._needs_reset = False
         return self._batch.observation(0), dict(self._batch.members[0].info)
 

@@ -14,6 +14,7 @@ from . import render
 from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, HISTORY, N_STATE, SETTLE_SPEED,
                           SETTLED_FRACTION, SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED, TILT_LIMIT,
                           PourConfig, observation_space, state_bounds)
+from .pour_reward import POTENTIALS, REWARD_TERMS, potentials
 from .pour_geometry import TaskGeometry, box_distance, box_sdf, task_geometry, to_local, to_world
 from .pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask
 
@@ -24,7 +25,7 @@ N_BODIES = 2 + MAX_OBSTACLES
 # every grid node than its bounding radius plus two cells, so the solver never evaluates it.
 PARKED_BOX_SIZE = 0.005                           # m
 PARKED_POSE = (-0.1, -0.1, 0.0)
-_EPS = 1e-6
+PENETRATION_EPS = 1e-6   # m: a move may deepen S's contact with T or an obstacle by this much
 
 # Built worlds handed back by closed envs, by (resolution, batch size, capacity, arch): Taichi
 # compiles the solver's kernels anew for every solver instance, which costs seconds.
@@ -63,6 +64,10 @@ class Member:
         self.max_tilt = 0.0
         self.info: dict = {}
         self.unstable = False
+        self.s_lips = ((0.0, 0.0), (0.0, 0.0))   # S's lips (left, right), S frame (m)
+        self.t_half = 0.0              # half T's opening width (m)
+        self.phi = (0.0, 0.0)          # shaping potentials of the current state (reward_mode dense)
+        self.outcome = (0.0, False, False)   # reward, terminated, truncated of the last step
 
 
 class PourBatch:
@@ -140,23 +145,28 @@ class PourBatch:
         return m.v
 
     # ------------------------------------------------------------------ reset
-    def _prepare(self, task: PourTask, particles: bool = True):
+    def _prepare(self, task: PourTask, particles: bool = True, fresh: bool = False):
         """(the task's geometry, S's liquid lattice, obstacles as (x, y, half width, half
         height)) of a task, checked before anything changes, so that a failed reset leaves the
-        member as it was (any fidelity; the lattice only with ``particles`` or obstacles)."""
+        member as it was (any fidelity; the lattice only with ``particles`` or obstacles). A
+        ``fresh`` task (drawn from the continuous distribution: never seen again) skips the
+        geometry and table caches."""
         cfg = self.cfg
-        geo = task_geometry(task, cfg.wall_thickness)
+        geo = TaskGeometry(task, cfg.wall_thickness, cache_tables=False) if fresh else \
+            task_geometry(task, cfg.wall_thickness)
         obst = [(x, y, 0.5 * wd, 0.5 * ht) for x, y, wd, ht in task.obstacles]
         fill_pts = geo.source.fill_points(task.fill, 0.5 * cfg.dx) if (obst or particles) else None
         if obst:
             self._check_obstacles(task, geo.source, geo.target, geo.solid_pts, fill_pts, obst)
         return geo, fill_pts, obst
 
-    def reset_member(self, b: int, task: PourTask, jitter_seed: int) -> None:
+    def reset_member(self, b: int, task: PourTask, jitter_seed: int, fresh: bool = False) -> None:
+        """Member b starts ``task`` (``fresh``: drawn from the continuous distribution, see
+        ``_prepare``); ``jitter_seed`` seeds its particles' jitter."""
         from taigym.sim import Box
 
         cfg = self.cfg
-        geo, fill_pts, obst = self._prepare(task)
+        geo, fill_pts, obst = self._prepare(task, fresh=fresh)
         source, target = geo.source, geo.target
         if len(fill_pts) > cfg.capacity:
             raise ValueError(f"the task needs {len(fill_pts)} particles but max_particles="
@@ -207,6 +217,9 @@ class PourBatch:
         m.s_bound = source.bounding_radius
         m.s_box, m.t_box = geo.s_box, geo.t_box
         m.t_oc, m.s_oc = tuple(target.opening_centre.tolist()), tuple(source.opening_centre.tolist())
+        m.s_lips = tuple(tuple(lip) for lip in np.asarray(source.lips, np.float64).tolist())
+        lip_l, lip_r = target.lips
+        m.t_half = 0.5 * float(np.linalg.norm(lip_r - lip_l))
         m.s_pose = np.array(task.source_pose, dtype=np.float64)
         m.s_vel = np.array([task.source_velocity[0], task.source_velocity[1], 0.0])
         m.t_pose = task.target_pose_at(0.0)
@@ -228,8 +241,17 @@ class PourBatch:
         m = self.members[b]
         m.spilled = fr["spilled"]
         m.hist[:] = frame
-        m.info = self._info(b, fr, r_target=0.0, r_spill=0.0, r_smooth=0.0, clipped=False,
-                            collision=False)
+        m.phi = self._potentials(m) if self.cfg.reward_mode == "dense" else (0.0, 0.0)
+        m.outcome = (0.0, False, False)
+        m.info = self._info(b, fr, dict.fromkeys(REWARD_TERMS[self.cfg.reward_mode], 0.0),
+                            clipped=False, collision=False)
+
+    @staticmethod
+    def _potentials(m: Member) -> tuple[float, float]:
+        """The shaping potentials (``pour_reward.potentials``) of member m's current state."""
+        approach, lean = potentials(m.s_pose.tolist(), m.t_pose.tolist(), float(m.t_vel[0]),
+                                    m.s_lips, m.t_oc, m.t_half)
+        return float(approach), float(lean)
 
     def _check_obstacles(self, task: PourTask, source, target, solid_pts: np.ndarray,
                          fill_pts: np.ndarray, obst: list[tuple]) -> None:
@@ -367,7 +389,7 @@ class PourBatch:
         p0_t, p0_e, p0_o = self._penetration(m, cur, t_next)
 
         def allowed(pen_t: float, pen_e: float, pen_o: float) -> bool:
-            return pen_t <= p0_t + _EPS and pen_e <= p0_e and pen_o <= p0_o + _EPS
+            return pen_t <= p0_t + PENETRATION_EPS and pen_e <= p0_e and pen_o <= p0_o + PENETRATION_EPS
 
         if allowed(pen_t, pen_e, pen_o):
             return p, True, max(pen_t, pen_o)
@@ -521,42 +543,83 @@ class PourBatch:
 
     def _finish_step(self, b: int, a, fr: dict, r_target: float, frame, clipped: bool,
                      pen: float) -> None:
-        """Rewards, observation history and info of member b's step (any fidelity)."""
+        """Rewards, episode end, observation history and info of member b's step (any
+        fidelity)."""
         cfg, m = self.cfg, self.members[b]
-        r_spill = -cfg.spill_penalty * (fr["spilled"] - m.spilled)
-        da = a - m.prev_action
-        r_smooth = -cfg.smoothness_penalty * float(da.dot(da))   # (half the call cost of @)
+        in_s, flight = float(fr["in"][SOURCE]), float(fr["in_flight"])
+        terminated = not m.unstable and in_s <= EMPTY_FRACTION and flight <= SETTLED_FRACTION
+        truncated = m.unstable or (not terminated and m.steps >= cfg.max_steps)
+        mode = cfg.reward_mode
+        if mode == "sparse":
+            in_t, spilled = float(fr["in"][TARGET]), float(fr["spilled"])
+            won = (terminated or truncated) and in_t >= SUCCESS_IN_TARGET and spilled <= SUCCESS_MAX_SPILLED
+            terms = {"success": 1.0 if won else 0.0}
+        else:
+            da = a - m.prev_action
+            terms = {"target": float(r_target),
+                     "spill": -cfg.spill_penalty * (fr["spilled"] - m.spilled),
+                     "smooth": -cfg.smoothness_penalty * float(da.dot(da))}   # (half the cost of @)
+            if mode == "dense":
+                # F = gamma Phi(s') - Phi(s), Phi = 0 once the episode has ended
+                phi = (0.0, 0.0) if terminated or truncated else self._potentials(m)
+                for name, new, old in zip(POTENTIALS, phi, m.phi):
+                    terms[name] = cfg.shaping_gamma * new - old
+                m.phi = phi
         m.spilled = fr["spilled"]
         m.prev_action = a
         if frame is not None:
             hist = m.hist
             hist[1:] = hist[:-1]                    # newest first (overlapping copy is safe)
             hist[0] = frame
-        m.info = self._info(b, fr, r_target=r_target, r_spill=r_spill, r_smooth=r_smooth,
-                            clipped=clipped, collision=pen > 1e-4)
+        m.outcome = (float(sum(terms.values())), bool(terminated), bool(truncated))
+        m.info = self._info(b, fr, terms, clipped=clipped, collision=pen > 1e-4)
 
-    def _info(self, b: int, fr: dict, *, r_target, r_spill, r_smooth, clipped, collision) -> dict:
+    def _info(self, b: int, fr: dict, terms: dict, *, clipped, collision) -> dict:
         m = self.members[b]
         in_s, in_t = float(fr["in"][SOURCE]), float(fr["in"][TARGET])
         spilled, flight = float(fr["spilled"]), float(fr["in_flight"])
         success = bool(in_t >= SUCCESS_IN_TARGET and spilled <= SUCCESS_MAX_SPILLED)
-        return {"in_source": in_s, "in_target": in_t, "spilled": spilled, "in_flight": flight,
+        info = {"in_source": in_s, "in_target": in_t, "spilled": spilled, "in_flight": flight,
                 "success": success, "is_success": success, "sim_unstable": bool(m.unstable),
                 "time": float(m.time), "source_pose": m.s_pose.copy(),
                 "source_velocity": m.s_vel.copy(), "target_pose": m.t_pose.copy(),
                 "target_velocity": m.t_vel.copy(), "action_clipped": bool(clipped),
-                "collision": bool(collision), "reward_target": float(r_target),
-                "reward_spill": float(r_spill), "reward_smooth": float(r_smooth),
-                "n_particles": int(m.n)}
+                "collision": bool(collision), "n_particles": int(m.n)}
+        for name, value in terms.items():
+            info["reward_" + name] = float(value)
+        return info
 
     def outcome(self, b: int) -> tuple[float, bool, bool]:
         """(reward, terminated, truncated) of member b's last step."""
-        m, info = self.members[b], self.members[b].info
-        reward = info["reward_target"] + info["reward_spill"] + info["reward_smooth"]
-        terminated = (not m.unstable and info["in_source"] <= EMPTY_FRACTION
-                      and info["in_flight"] <= SETTLED_FRACTION)
-        truncated = m.unstable or (not terminated and m.steps >= self.cfg.max_steps)
-        return float(reward), bool(terminated), bool(truncated)
+        return self.members[b].outcome
+
+    # ------------------------------------------------------------------ the whole batch
+    def observations(self) -> list:
+        """Every member's observation (for the vector env)."""
+        return [self.observation(b) for b in range(self.B)]
+
+    def outcomes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every member's (reward, terminated, truncated) of its last step as arrays (a member
+        reset since gives 0, False, False)."""
+        r, term, trunc = zip(*(m.outcome for m in self.members))
+        return np.array(r, np.float64), np.array(term, bool), np.array(trunc, bool)
+
+    def infos(self) -> dict:
+        """The members' infos in Gymnasium's vector form: each key's values as an array over the
+        members and ``"_" + key`` a mask of the members that have it (all)."""
+        members = self.members
+        B, first = self.B, members[0].info
+        infos: dict = {}
+        for key, v0 in first.items():
+            vals = [m.info[key] for m in members]
+            if isinstance(v0, np.ndarray):
+                arr = np.zeros((B, *v0.shape), dtype=v0.dtype)
+                for b, v in enumerate(vals):
+                    arr[b] = v
+            else:
+                arr = np.array(vals, dtype=type(v0))
+            infos[key], infos["_" + key] = arr, np.ones(B, dtype=np.bool_)
+        return infos
 
     # ------------------------------------------------------------------ rendering
     def outflow(self, b: int):

@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from taigym.sim.constants import CONTROL_DT, MAX_PROBE_COLUMNS
 
+from .pour_reward import REWARD_MODES
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
 
@@ -65,6 +66,8 @@ class PourConfig:
     render_size: tuple = (320, 512)
     spill_penalty: float = 2.0
     smoothness_penalty: float = 1e-3
+    reward_mode: str = "rp"
+    shaping_gamma: float = 0.99
     arch: str = "cpu"
     fidelity: str = "particles"
     extra: dict = field(default_factory=dict)
@@ -118,6 +121,9 @@ class PourConfig:
             set_(name, (int(v[0]), int(v[1])))
         set_("spill_penalty", check_number("spill_penalty", self.spill_penalty, 0.0, 1e6))
         set_("smoothness_penalty", check_number("smoothness_penalty", self.smoothness_penalty, 0.0, 1e6))
+        if self.reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
+        set_("shaping_gamma", check_number("shaping_gamma", self.shaping_gamma, 0.0, 1.0))
         if self.fidelity not in FIDELITIES:
             raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or seed 000's "
                              f"reduced model), got {self.fidelity!r}")
