@@ -6,7 +6,7 @@ normalised by ``VecNormalize``), and every ``--eval-every`` env steps runs the d
 policy once on each of the 100 eval tasks (``taigym.envs.tasks("pour", "eval")``). Writes to
 ``--out``:
 
-* ``curve.csv``: env steps, wall seconds, env steps/s, training episodes' mean return, success,
+* ``curve.csv``: env steps, wall and CPU seconds, env steps/s, training episodes' mean return, success,
   in T and spilled (the episodes finished since the last row), eval success, in T, spilled;
 * ``checkpoint/`` (model, normaliser, step count; written atomically): a rerun with the same
   ``--out`` resumes from it;
@@ -40,7 +40,7 @@ from taigym.envs import tasks  # noqa: E402
 from taigym.training.vec_env import make_batched_vec_env  # noqa: E402
 
 ENV_ID = "taigym/Pour-v0"
-CURVE_FIELDS = ("steps", "seconds", "steps_per_s", "episodes", "return", "success", "in_target",
+CURVE_FIELDS = ("steps", "seconds", "cpu_seconds", "steps_per_s", "episodes", "return", "success", "in_target",
                 "spilled", "eval_success", "eval_in_target", "eval_spilled")
 
 
@@ -71,6 +71,8 @@ def parse() -> argparse.Namespace:
                    help="at the end, also evaluate on the particle env's eval tasks")
     p.add_argument("--particle-batch", type=int, default=25)
     p.add_argument("--env-kw", type=json.loads, default={}, help="more Pour-v0 kwargs (JSON)")
+    p.add_argument("--eval-only", action="store_true",
+                   help="evaluate --out's policy.zip (with --particle-eval: on the particle env too)")
     return p.parse_args()
 
 
@@ -123,7 +125,7 @@ class Curve(BaseCallback):
         self.args, self.norm, self.eval_tasks = args, norm, eval_tasks
         self.path = args.out / "curve.csv"
         self.episodes: list[dict] = []
-        self.t_start = time.perf_counter()
+        self.t_start, self.cpu_start = time.perf_counter(), time.process_time()
         self.steps0 = t0_steps
         self.next_eval = (t0_steps // args.eval_every + 1) * args.eval_every if args.eval_every else None
         self.next_ckpt = (t0_steps // args.checkpoint_every + 1) * args.checkpoint_every
@@ -151,7 +153,8 @@ class Curve(BaseCallback):
         sec = time.perf_counter() - self.t_start
         eps = self.episodes
         mean = (lambda k: float(np.mean([e[k] for e in eps]))) if eps else (lambda k: "")
-        row = {"steps": n, "seconds": round(sec, 1), "steps_per_s": round((n - self.steps0) / max(sec, 1e-9)),
+        row = {"steps": n, "seconds": round(sec, 1), "cpu_seconds": round(time.process_time() - self.cpu_start, 1),
+               "steps_per_s": round((n - self.steps0) / max(sec, 1e-9)),
                "episodes": len(eps), "return": mean("return"), "success": mean("success"),
                "in_target": mean("in_target"), "spilled": mean("spilled"),
                "eval_success": ev["success"] if ev else "", "eval_in_target": ev["in_target"] if ev else "",
@@ -166,11 +169,31 @@ class Curve(BaseCallback):
         self.episodes = []
 
 
+def final_evals(model, norm, args, eval_tasks) -> dict:
+    ev = evaluate(model, norm, eval_tasks, 100, **env_kwargs(args))
+    result = {"eval_simplified": {k: v for k, v in ev.items() if k != "per_task"}}
+    if args.particle_eval:
+        t1 = time.perf_counter()
+        evp = evaluate(model, norm, eval_tasks, args.particle_batch, **env_kwargs(args, fidelity="particles"))
+        result["eval_particles"] = {k: v for k, v in evp.items() if k != "per_task"}
+        result["particle_eval_seconds"] = round(time.perf_counter() - t1, 1)
+        result["particle_per_task"] = evp["per_task"]
+    return result
+
+
 def main() -> None:
     args = parse()
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     eval_tasks = tasks("pour", "eval")
+    if args.eval_only:
+        venv = make_batched_vec_env(ENV_ID, 1, **env_kwargs(args))
+        norm = VecNormalize.load(str(args.out / "vecnormalize.pkl"), venv)
+        norm.training = False
+        result = final_evals(PPO.load(args.out / "policy.zip", device="cpu"), norm, args, eval_tasks)
+        (args.out / "eval.json").write_text(json.dumps(result, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "particle_per_task"}))
+        return
     venv = VecMonitor(make_batched_vec_env(ENV_ID, args.n_envs, seed=args.seed, step_infos=False,
                                            **env_kwargs(args)))
     ckpt = args.out / "checkpoint"
@@ -191,25 +214,19 @@ def main() -> None:
                                        log_std_init=args.log_std_init))
     (args.out / "args.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
                                                     for k, v in vars(args).items()}, indent=1))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     model.learn(args.timesteps - steps0, callback=Curve(args, norm, eval_tasks, steps0),
                 reset_num_timesteps=steps0 == 0)
     train_s = time.perf_counter() - t0
     save_atomic(model, norm, ckpt, model.num_timesteps)
     model.save(args.out / "policy.zip")
     norm.save(str(args.out / "vecnormalize.pkl"))
-    result = {"steps": int(model.num_timesteps), "train_seconds": round(train_s, 1)}
-    ev = evaluate(model, norm, eval_tasks, 100, **env_kwargs(args))
-    result["eval_simplified"] = {k: v for k, v in ev.items() if k != "per_task"}
-    if args.particle_eval:
-        t1 = time.perf_counter()
-        evp = evaluate(model, norm, eval_tasks, args.particle_batch,
-                       **env_kwargs(args, fidelity="particles"))
-        result["eval_particles"] = {k: v for k, v in evp.items() if k != "per_task"}
-        result["particle_eval_seconds"] = round(time.perf_counter() - t1, 1)
+    result = {"steps": int(model.num_timesteps), "train_seconds": round(train_s, 1),
+              "train_cpu_seconds": round(time.process_time() - cpu0, 1)}
+    result.update(final_evals(model, norm, args, eval_tasks))
     (args.out / "final.json").write_text(json.dumps({"args": json.loads((args.out / "args.json").read_text()),
                                                      **result}, indent=1))
-    print(json.dumps(result))
+    print(json.dumps({k: v for k, v in result.items() if k != "particle_per_task"}))
 
 
 if __name__ == "__main__":

@@ -151,6 +151,14 @@ def test_vector_env_matches_single_envs(reward_mode, obs_mode):
     assert seen["clipped"] > 0 and seen["collision"] > 0 and seen["ends"] > 0 and seen["poured"] > 0
 
 
+def test_vector_env_matches_single_envs_resetting_to_seen_tasks():
+    """Resets to tasks seen before (a fixed split's) start from the kept start, not a rebuilt
+    one: still the single envs' transitions."""
+    split = list(tasks("pour", split="eval")[:6])
+    seen = run_vector_against_singles(6, 300, split, task_split="eval", horizon=1.0)
+    assert seen["ends"] >= 60
+
+
 def test_vector_env_matches_single_envs_with_obstacles():
     """Moves near an obstacle (the reference's swept check) and packets blocked by one."""
     from taigym.envs.pour_tasks import seed000_scenes

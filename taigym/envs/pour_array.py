@@ -15,13 +15,15 @@ obstacle, and rendering.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from taigym.models.simplified import GRAVITY, SimplifiedLiquidBatch, fit_for
 from taigym.sim.constants import CONTROL_DT
 
 from . import render
-from .pour_batch import PENETRATION_EPS, PourBatch
+from .pour_batch import PENETRATION_EPS, Member, PourBatch
 from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, HISTORY, N_STATE, SETTLED_FRACTION,
                           SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED, TILT_LIMIT)
 from .pour_reward import POTENTIALS, REWARD_TERMS, potentials
@@ -32,6 +34,14 @@ from .pour_tasks import DOMAIN, MAX_OBSTACLES
 # the top of the 0.5 m scene at the fastest outflow, < 5 m/s), 22 steps, so a slot is free again
 # when its turn comes.
 PACKET_SLOTS = 32
+# A member's start, by task, for resets to tasks seen before (a fixed split's): ~0.2 MB each (S's
+# lookup tables), so at most START_CACHE_SIZE (the train and eval splits' 1100 tasks fit).
+START_CACHE_SIZE = 1200
+_STARTS: OrderedDict = OrderedDict()
+# the per-member arrays a start sets, by name (the rest are zeroed or derived)
+_START_ROWS = ("s_pose", "s_vel", "t_pose", "t_vel", "prev_action", "s_box", "t_box", "s_bound", "s_radius",
+               "s_oc", "t_oc", "t_half", "s_lips", "t_start", "t_speed", "t_bounds", "v0", "has_obstacles",
+               "n_obstacles", "obstacles")
 # the masks of the move's components tried, in order, when the whole move is refused
 # (PourBatch._clip_move's)
 _MASKS = np.array([(1, 0, 1), (1, 1, 0), (0, 1, 1), (1, 0, 0), (0, 0, 1), (0, 1, 0)], np.float64)
@@ -125,57 +135,83 @@ class SimplifiedArrayBatch(PourBatch):
             m.task = None
 
     def reset_member(self, b: int, task, jitter_seed: int, fresh: bool = False) -> None:
-        geo, _, obst = self._prepare(task, particles=False, fresh=fresh)
-        m = self._init_member(b, task, geo, obst)
-        source, target = geo.source, geo.target
-        follow = task.liquid_velocity == "follow"
-        self.liquid.set(b, source, geo.fill_area, fit_for(task.source_container, task.viscosity),
-                        geo.tables, velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
-        self.s_pose[b], self.s_vel[b] = m.s_pose, m.s_vel
-        self.t_pose[b], self.t_vel[b] = m.t_pose, m.t_vel
-        self.time[b], self.steps[b] = 0.0, 0
-        self.prev_action[b] = m.prev_action
-        self.s_box[b], self.t_box[b] = m.s_box, m.t_box
-        self.s_bound[b], self.s_radius[b] = m.s_bound, source.radius
-        self.s_oc[b], self.t_oc[b], self.t_half[b] = m.s_oc, m.t_oc, 0.5 * target.width
-        self.s_lips[b] = m.s_lips
-        self.t_start[b], self.t_speed[b] = task.target_position, task.target_velocity
-        self.t_bounds[b] = task.target_bounds
-        self.v0[b] = geo.fill_area
-        self.has_obstacles[b], self.n_obstacles[b] = bool(obst), len(obst)
-        self.obstacles[b] = 0.0
-        for i, box in enumerate(obst):
-            self.obstacles[b, i] = box
-        self._set_solids(b, geo.solid_pts, m.t_walls)
+        """Member b starts ``task``. What the start needs of the task (its geometry, S's lookup
+        tables, ...) is kept for the next reset to the same task (a fixed split's) unless the
+        task is ``fresh`` (drawn from the continuous distribution: never seen again)."""
+        cfg = self.cfg
+        key = (task, cfg.wall_thickness, cfg.obs_mode, cfg.heightfield_bins, cfg.max_steps)
+        start = None if fresh else _STARTS.get(key)
+        if start is None:
+            start = self._start(task, fresh)
+            if not fresh:
+                _STARTS[key] = start
+                while len(_STARTS) > START_CACHE_SIZE:
+                    _STARTS.popitem(last=False)
+        else:
+            _STARTS.move_to_end(key)
+        m = self.members[b]
+        if start["geo"] is not None:            # obstacles: the reference's moves need the member
+            self._init_member(b, task, start["geo"], start["obst"])
+        m.task, m.source, m.target = task, start["source"], start["target"]
+        self.liquid.load(b, start["liquid"])
+        for name in _START_ROWS:
+            getattr(self, name)[b] = start[name]
+        self._set_solids(b, start["solid"], start["t_walls"])
+        self.obs[b, :N_STATE] = start["state"]
         if self.frame_size:
-            lines, scale, clip = column_lines(source, self.cfg.obs_mode, self.cfg.heightfield_bins,
-                                              self.cfg.dx)
-            self.lines[b], self.line_scale[b], self.line_clip[b] = lines, scale, clip
+            self.lines[b], self.line_scale[b], self.line_clip[b] = (start["lines"], start["line_scale"],
+                                                                    start["line_clip"])
+        self.time[b], self.steps[b] = 0.0, 0
         self.p_land[b] = np.inf
         self.in_target[b] = self.spilled[b] = self.spilled_before[b] = self.last_out[b] = 0.0
-        self.obs[b, :N_STATE] = geo.state
         rows = np.array([b])
+        if "hist" not in start:                 # the first frame and potentials, once per start
+            start["hist"] = np.tile(self._frames(rows)[0], HISTORY) if self.frame_size else None
+            start["phi"] = np.column_stack(self._potentials_of(rows))[0]
         if self.frame_size:
-            self.obs[b, N_STATE:] = np.tile(self._frames(rows)[0], HISTORY)
+            self.obs[b, N_STATE:] = start["hist"]
+        if cfg.reward_mode == "dense":
+            self.phi[b] = start["phi"]
         for name in self.terms:
             self.terms[name][b] = 0.0
-        if self.cfg.reward_mode == "dense":
-            self.phi[b] = np.column_stack(self._potentials_of(rows))[0]
         self.reward[b] = 0.0
         self.terminated[b] = self.truncated[b] = self.clipped[b] = self.collision[b] = False
 
+    def _start(self, task, fresh: bool) -> dict:
+        """What a member starting ``task`` is set to (validated first: a bad task raises before
+        anything changes)."""
+        geo, _, obst = self._prepare(task, particles=False, fresh=fresh)
+        source, target = geo.source, geo.target
+        m = self._fill_member(Member(), task, geo, obst)
+        follow = task.liquid_velocity == "follow"
+        start = {"source": source, "target": target, "obst": obst, "geo": geo if obst else None,
+                 "liquid": self.liquid.member_row(source, geo.fill_area,
+                                                  fit_for(task.source_container, task.viscosity), geo.tables,
+                                                  velocity=tuple(task.source_velocity) if follow else (0.0, 0.0)),
+                 "s_pose": m.s_pose, "s_vel": m.s_vel, "t_pose": m.t_pose, "t_vel": m.t_vel,
+                 "prev_action": m.prev_action, "s_box": m.s_box, "t_box": m.t_box, "s_bound": m.s_bound,
+                 "s_radius": source.radius, "s_oc": m.s_oc, "t_oc": m.t_oc, "t_half": 0.5 * target.width,
+                 "s_lips": m.s_lips, "t_start": task.target_position, "t_speed": task.target_velocity,
+                 "t_bounds": task.target_bounds, "v0": geo.fill_area, "has_obstacles": bool(obst),
+                 "n_obstacles": len(obst), "obstacles": np.array(list(obst) + [(0.0,) * 4] * (MAX_OBSTACLES - len(obst))),
+                 "solid": geo.solid_pts, "t_walls": geo.t_walls, "state": geo.state}
+        if self.frame_size:
+            start["lines"], start["line_scale"], start["line_clip"] = column_lines(
+                source, self.cfg.obs_mode, self.cfg.heightfield_bins, self.cfg.dx)
+        return start
+
     def _set_solids(self, b: int, solid_pts: np.ndarray, t_walls) -> None:
-        """Member b's S solid samples and T wall segments, widening the padded arrays if needed."""
+        """Member b's S solid samples and T wall segments, widening the padded arrays if needed
+        (a row's tail repeats its last entry, which changes no minimum or maximum)."""
         n_pts, n_seg = len(solid_pts), len(t_walls.a)
         if n_pts > self.solid.shape[1]:
             self.solid = _pad_rows(self.solid, n_pts)
         if n_seg > self.t_a.shape[1]:
             self.t_a, self.t_ab = _pad_rows(self.t_a, n_seg), _pad_rows(self.t_ab, n_seg)
             self.t_inv = _pad_rows(self.t_inv, n_seg)
-        self.solid[b] = _pad_rows(solid_pts[None], self.solid.shape[1])[0]
-        self.t_a[b] = _pad_rows(t_walls.a[None], self.t_a.shape[1])[0]
-        self.t_ab[b] = _pad_rows(t_walls.ab[None], self.t_a.shape[1])[0]
-        self.t_inv[b] = _pad_rows(t_walls.inv[None], self.t_a.shape[1])[0]
+        self.solid[b, :n_pts], self.solid[b, n_pts:] = solid_pts, solid_pts[-1]
+        for dst, src in ((self.t_a, t_walls.a), (self.t_ab, t_walls.ab), (self.t_inv, t_walls.inv)):
+            dst[b, :n_seg], dst[b, n_seg:] = src, src[-1]
         self.t_radius[b] = t_walls.radius
 
     # ------------------------------------------------------------------ geometry

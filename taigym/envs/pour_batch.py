@@ -204,7 +204,10 @@ class PourBatch:
     def _init_member(self, b: int, task: PourTask, geo: TaskGeometry,
                      obst: list[tuple]) -> Member:
         """Member b's geometry, poses, clock and per-task state vector (any fidelity)."""
-        m = self.members[b]
+        return self._fill_member(self.members[b], task, geo, obst)
+
+    def _fill_member(self, m: Member, task: PourTask, geo: TaskGeometry, obst: list[tuple]) -> Member:
+        """``m`` set to the start of ``task`` (``_init_member``)."""
         source, target = geo.source, geo.target
         m.task, m.source, m.target = task, source, target
         m.s_region = geo.s_region

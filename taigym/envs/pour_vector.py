@@ -42,6 +42,7 @@ class PourVectorEnv(VectorEnv):
         self._batch = make_batch(self.cfg, self.num_envs, vectorised=True)
         self._rngs = [None] * self.num_envs
         self._prev_done = np.zeros(self.num_envs, bool)
+        self._ready = False                            # every member has a task (checked once)
         self._obs_buf = create_empty_array(self.single_observation_space, self.num_envs)
 
     @property
@@ -92,8 +93,10 @@ class PourVectorEnv(VectorEnv):
 
     def step(self, actions):
         actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, 3)
-        if any(m.task is None for m in self._batch.members):
-            raise RuntimeError("call reset() before step()")
+        if not self._ready:
+            if any(m.task is None for m in self._batch.members):
+                raise RuntimeError("call reset() before step()")
+            self._ready = True
         resetting = self._prev_done.copy()
         self._batch.step(actions, ~resetting)
         for b in np.flatnonzero(resetting):
@@ -117,3 +120,4 @@ class PourVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs):
         self._batch.release()
+        self._ready = False

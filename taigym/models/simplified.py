@@ -411,32 +411,47 @@ class SimplifiedLiquidBatch:
         self.drag = np.zeros(B)                         # lambda (1/s) and A_ref (m): jet_drag's
         self.drag_section = np.zeros(B)
 
-    def set(self, b: int, shape: Container, volume: float, fit: OutflowFit,
-            tables: OutflowTables | None = None, velocity: tuple[float, float] = (0.0, 0.0)) -> None:
-        """Member b holds ``volume`` m^2 in ``shape`` (as ``SimplifiedLiquid(shape, volume, fit,
-        tables, velocity=velocity)``)."""
+    @staticmethod
+    def member_row(shape: Container, volume: float, fit: OutflowFit, tables: OutflowTables | None = None,
+                   velocity: tuple[float, float] = (0.0, 0.0)) -> dict:
+        """The row of one member holding ``volume`` m^2 in ``shape``, as ``SimplifiedLiquid(shape,
+        volume, fit, tables, velocity=velocity)`` starts (for :meth:`load`; keep it to reset a
+        member to the same start without the tables)."""
         if volume < 0 or not math.isfinite(volume):
             raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
         t = tables if tables is not None else outflow_tables(shape)
         if (len(t.leans), len(t.volumes)) != (N_LEAN, N_VOLUME):
             raise ValueError(f"tables must be {N_LEAN} x {N_VOLUME} (leans x volumes), got "
                              f"{len(t.leans)} x {len(t.volumes)}")
-        self._tab[b] = np.frombuffer(t.flat)
-        self._wall[b] = np.frombuffer(t.flat_wall)
-        self._lean_scale[b] = (N_LEAN - 1) / float(t.leans[-1])
-        self._vol_scale[b] = (N_VOLUME - 1) / float(t.volumes[-1])
-        self.volume[b] = float(min(volume, t.capacity))
-        self.capacity[b] = t.capacity
-        self.speed[b] = self.tilt[b] = self.tilt_rate[b] = 0.0
-        self.last_velocity[b] = (float(velocity[0]), float(velocity[1]))
-        self.width[b] = shape.width
-        self._weights[b] = 0.0
+        weights = np.zeros(len(TERMS))
         for w, term in zip(fit.weights, fit.terms):
-            self._weights[b, TERMS.index(term)] = w
-        self._discharge[b] = fit.discharge
-        self._offset[b] = fit.direction
-        self._has_offset[b] = fit.direction != (0.0, 0.0)
-        self.drag[b], self.drag_section[b] = fit.drag, fit.drag_section
+            weights[TERMS.index(term)] = w
+        return {"tab": np.frombuffer(t.flat), "wall": np.frombuffer(t.flat_wall),
+                "lean_scale": (N_LEAN - 1) / float(t.leans[-1]),
+                "vol_scale": (N_VOLUME - 1) / float(t.volumes[-1]),
+                "volume": float(min(volume, t.capacity)), "capacity": t.capacity,
+                "velocity": (float(velocity[0]), float(velocity[1])), "width": shape.width,
+                "weights": weights, "discharge": fit.discharge, "offset": fit.direction,
+                "has_offset": fit.direction != (0.0, 0.0), "drag": fit.drag,
+                "drag_section": fit.drag_section}
+
+    def load(self, b: int, row: dict) -> None:
+        """Member b starts as ``row`` (:meth:`member_row`) says."""
+        self._tab[b], self._wall[b] = row["tab"], row["wall"]
+        self._lean_scale[b], self._vol_scale[b] = row["lean_scale"], row["vol_scale"]
+        self.volume[b], self.capacity[b] = row["volume"], row["capacity"]
+        self.speed[b] = self.tilt[b] = self.tilt_rate[b] = 0.0
+        self.last_velocity[b] = row["velocity"]
+        self.width[b] = row["width"]
+        self._weights[b], self._discharge[b] = row["weights"], row["discharge"]
+        self._offset[b], self._has_offset[b] = row["offset"], row["has_offset"]
+        self.drag[b], self.drag_section[b] = row["drag"], row["drag_section"]
+
+    def set(self, b: int, shape: Container, volume: float, fit: OutflowFit,
+            tables: OutflowTables | None = None, velocity: tuple[float, float] = (0.0, 0.0)) -> None:
+        """Member b holds ``volume`` m^2 in ``shape`` (as ``SimplifiedLiquid(shape, volume, fit,
+        tables, velocity=velocity)``)."""
+        self.load(b, self.member_row(shape, volume, fit, tables, velocity))
 
     def _nodes(self, lean: np.ndarray, idx: np.ndarray):
         """``SimplifiedLiquid._cell`` on arrays: the 8 values of nodes (i, j), (i, j + 1) and of
