@@ -25,6 +25,7 @@ import time
 
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from stable_baselines3 import PPO  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
@@ -42,6 +43,10 @@ def train(venv, n_envs: int, args) -> dict:
     model = PPO("MlpPolicy", venv, n_steps=args.rollout // n_envs, batch_size=args.batch_size,
                 n_epochs=args.n_epochs, learning_rate=3e-4, gamma=args.gamma, seed=0, device="cpu",
                 policy_kwargs=dict(net_arch=list(args.net), activation_fn=torch.nn.Tanh, log_std_init=-0.5))
+    if args.warmup:                                    # random actions through the same env
+        venv.reset()
+        for _ in range(args.warmup // n_envs):
+            venv.step(np.random.uniform(-1, 1, (n_envs, 3)).astype(np.float32))
     t0, c0 = time.perf_counter(), time.process_time()
     model.learn(args.timesteps)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -62,9 +67,14 @@ def main() -> None:
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--net", type=int, nargs="+", default=[128, 128])
     p.add_argument("--reward-mode", default="dense")
+    p.add_argument("--task-split", default=None, choices=(None, "train"),
+                   help="both draw tasks from this fixed split")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="env steps of random actions before timing, per setup (a split's tasks seen once)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    kw = dict(fidelity="simplified", reward_mode=args.reward_mode, shaping_gamma=args.gamma)
+    kw = dict(fidelity="simplified", reward_mode=args.reward_mode, shaping_gamma=args.gamma,
+              **({"task_split": args.task_split} if args.task_split else {}))
     load0 = os.getloadavg()
     ref = train(make_vec_env(ID, n_envs=args.copies, seed=0, env_kwargs=kw), args.copies, args)
     ours = train(make_batched_vec_env(ID, args.num_envs, seed=0, step_infos=False, **kw), args.num_envs, args)
@@ -81,7 +91,7 @@ def main() -> None:
                       "batched_steps_per_s": round(ours["steps_per_s"]),
                       "batched_cpu_steps_per_s": round(ours["cpu_steps_per_s"]),
                       "ratio": round(ratio, 2), "ratio_cpu": round(ratio_cpu, 2), "copies": args.copies,
-                      "num_envs": args.num_envs, "timesteps": args.timesteps,
+                      "num_envs": args.num_envs, "timesteps": args.timesteps, "task_split": args.task_split,
                       "load": [round(load0[0], 2), round(load1[0], 2)]}))
 
 

@@ -31,6 +31,12 @@ T's or an obstacle (deeper than it already does; for obstacles, also on the way,
 cannot jump through a thin box), go below the floor or leave the scene is not applied (the
 others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
 
+``pivot="lip"`` (default ``"frame"``): dtheta rotates S about its pouring lip (the right lip if
+the new theta is <= 0, else the left) and (dx, dy) move that lip, so that a tilt alone pours
+from where the lip is; the move is then applied to S's frame as above (a refused component is one
+of the frame's). A pour needs no coordination of translation and rotation: with the frame pivot
+a tilt swings the lip back over S's body, away from T.
+
 ## Observation space
 
 ``obs_mode="features"`` (default; seed 001 Fig. 4a): a float32 vector, every entry bounded:
@@ -115,7 +121,8 @@ exactly. ``resolution`` is the number of grid cells across the 0.8 m scene (64-5
 (capacity per scene; default: a full 10 x 12 cm cup), ``n_particles`` (particles obs, 256),
 ``heightfield_bins`` (16), ``image_size`` ((80, 128), rgb obs), ``render_size`` ((320, 512)),
 ``spill_penalty`` (2), ``smoothness_penalty`` (1e-3), ``reward_mode`` ("rp", "dense" or
-"sparse"), ``shaping_gamma`` (0.99, in [0, 1]), ``arch`` ("cpu"), ``fidelity`` ("particles"). Closed envs hand their solver to the next env built with the same resolution
+"sparse"), ``shaping_gamma`` (0.99, in [0, 1]), ``pivot`` ("frame" or "lip"), ``arch`` ("cpu"),
+``fidelity`` ("particles"). Closed envs hand their solver to the next env built with the same resolution
 and batch size, which saves Taichi's kernel compilation. The batched version is
 ``gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point")``.
 
@@ -129,6 +136,23 @@ if it comes down through T's opening, else as spilled once it lands. Same spaces
 clipping, rewards and info keys (``n_particles`` is 0); no ``particles`` observation; the
 heightfield and lip heights come from the flat free surface that holds the volume. Thousands of
 steps per second, for RL and for planning.
+
+## Vector env
+
+``gym.make_vec("taigym/Pour-v0", num_envs=B, vectorization_mode="vector_entry_point", **kw)``
+steps B scenes at once (``taigym.envs.pour_vector``): the particle fidelity in one launch of the
+batched FLIP solver, the simplified one in array operations over the batch (``taigym.envs.
+pour_array``), tens of thousands of steps per second. Member i seeded with ``seed + i`` gives
+the transitions of a single env seeded with ``seed + i``; a finished member is reset on the next
+step. Stable-Baselines3 trains on it through ``taigym.training.vec_env.BatchedVecEnv``. Resets
+to a fixed split's tasks (``task_split``) reuse the tasks' geometry; a task freshly drawn from
+the distribution costs milliseconds to set up (its S's outflow lookup tables).
+
+## Version history
+
+* v0: reward modes (``reward_mode``, ``shaping_gamma``; the default ``"rp"`` is the reward of
+  the first release) and the lip pivot (``pivot``; the default ``"frame"`` is the first
+  release's action).
 """
 
 from __future__ import annotations

@@ -23,11 +23,12 @@ from taigym.models.simplified import GRAVITY, SimplifiedLiquidBatch, fit_for
 from taigym.sim.constants import CONTROL_DT
 
 from . import render
-from .pour_batch import PENETRATION_EPS, Member, PourBatch
+from .pour_batch import PENETRATION_EPS, Member
 from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, HISTORY, N_STATE, SETTLED_FRACTION,
                           SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED, TILT_LIMIT)
+from .pour_geometry import pivot_on_lip
 from .pour_reward import POTENTIALS, REWARD_TERMS, potentials
-from .pour_simplified import column_lines, liquid_points
+from .pour_simplified import SimplifiedPourBatch, column_lines, liquid_points
 from .pour_tasks import DOMAIN, MAX_OBSTACLES
 
 # Packet slots per member, used round-robin by step count: a packet flies at most ~1.1 s (from
@@ -67,7 +68,7 @@ def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([a, np.repeat(a[:, -1:], n - a.shape[1], axis=1)], axis=1)
 
 
-class SimplifiedArrayBatch(PourBatch):
+class SimplifiedArrayBatch(SimplifiedPourBatch):
     """B scenes of the simplified Pour-v0 in array operations (module docstring). ``members``
     keep each scene's task and geometry (and the reference's state for moves near obstacles)."""
 
@@ -127,13 +128,6 @@ class SimplifiedArrayBatch(PourBatch):
         self.clipped, self.collision = np.zeros(B, bool), np.zeros(B, bool)
 
     # ------------------------------------------------------------------ reset
-    def _ensure_world(self, task) -> None:
-        return None
-
-    def release(self) -> None:
-        for m in self.members:
-            m.task = None
-
     def reset_member(self, b: int, task, jitter_seed: int, fresh: bool = False) -> None:
         """Member b starts ``task``. What the start needs of the task (its geometry, S's lookup
         tables, ...) is kept for the next reset to the same task (a fixed split's) unless the
@@ -341,7 +335,11 @@ class SimplifiedArrayBatch(PourBatch):
                            self.t_bounds[idx, 3])
         zero = np.zeros(len(idx))
         t_next = np.column_stack((tx, ty, zero))
-        s_next, clipped, pen = self._moves(idx, a * ACTION_SCALE, t_next)
+        delta = a * ACTION_SCALE
+        if self.cfg.pivot == "lip":
+            delta = np.column_stack(pivot_on_lip(self.s_pose[idx].T, delta.T, self.s_lips[idx].transpose(1, 2, 0),
+                                                 TILT_LIMIT))
+        s_next, clipped, pen = self._moves(idx, delta, t_next)
         theta_prev = self.s_pose[idx, 2]
         s_vel = (s_next - self.s_pose[idx]) / dt
         self.s_pose[idx], self.s_vel[idx] = s_next, s_vel
@@ -534,9 +532,6 @@ class SimplifiedArrayBatch(PourBatch):
         return {k: v for key, val in info.items() for k, v in ((key, val), ("_" + key, mask))}
 
     # ------------------------------------------------------------------ rendering
-    def velocities(self, b: int) -> np.ndarray:
-        return np.zeros((0, 2))
-
     def outflow(self, b: int):
         if self.last_out[b] <= 0.0:
             return None

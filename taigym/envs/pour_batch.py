@@ -15,7 +15,8 @@ from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, HISTORY, N_STATE, SETTLE
                           SETTLED_FRACTION, SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED, TILT_LIMIT,
                           PourConfig, observation_space, state_bounds)
 from .pour_reward import POTENTIALS, REWARD_TERMS, potentials
-from .pour_geometry import TaskGeometry, box_distance, box_sdf, task_geometry, to_local, to_world
+from .pour_geometry import (TaskGeometry, box_distance, box_sdf, pivot_on_lip, task_geometry, to_local,
+                            to_world)
 from .pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask
 
 SOURCE, TARGET = 0, 1                             # body handles in the world
@@ -485,6 +486,7 @@ class PourBatch:
         clipped, S's penetration into T) each."""
         dt, members = CONTROL_DT, self.members
         sx, sy, sth = ACTION_SCALE.tolist()
+        on_lip = self.cfg.pivot == "lip"
         rows = np.asarray(actions, np.float64).tolist()
         plans = []
         # per member in Python floats: the numbers of np.clip(np.nan_to_num(a), -1, 1) * scale
@@ -494,7 +496,10 @@ class PourBatch:
             a = [min(max(v, -1.0), 1.0) if v == v else 0.0 for v in rows[b]]   # nan -> 0
             (tx, ty), (tvx, tvy) = m.task.target_state_at(m.time + dt)
             t_next = np.array([tx, ty, 0.0])
-            s_next, clipped, pen = self._clip_move(m, (a[0] * sx, a[1] * sy, a[2] * sth), t_next)
+            delta = (a[0] * sx, a[1] * sy, a[2] * sth)
+            if on_lip:
+                delta = pivot_on_lip(m.s_pose.tolist(), delta, m.s_lips, TILT_LIMIT)
+            s_next, clipped, pen = self._clip_move(m, delta, t_next)
             (x0, y0, th0), (x1, y1, th1) = m.s_pose.tolist(), s_next.tolist()
             s_vel = np.array([(x1 - x0) / dt, (y1 - y0) / dt, (th1 - th0) / dt])
             plans.append((b, np.array(a), s_next, s_vel, t_next, np.array([tvx, tvy, 0.0]),

@@ -26,6 +26,7 @@ SUCCESS_MAX_SPILLED = 0.05
 HISTORY = 4                                       # frames of heightfield / lip height
 OBS_MODES = ("features", "lip", "particles", "rgb")
 FIDELITIES = ("particles", "simplified")
+PIVOTS = ("frame", "lip")                         # what the tilt action rotates S about
 SETTLE_SPEED = 0.05    # m/s: liquid outside both containers that moved slower over a step is spilled
 N_STATE = 32 + 4 * MAX_OBSTACLES          # entries of the state vector (docstring table)
 
@@ -68,6 +69,7 @@ class PourConfig:
     smoothness_penalty: float = 1e-3
     reward_mode: str = "rp"
     shaping_gamma: float = 0.99
+    pivot: str = "frame"
     arch: str = "cpu"
     fidelity: str = "particles"
     extra: dict = field(default_factory=dict)
@@ -124,6 +126,9 @@ class PourConfig:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
         set_("shaping_gamma", check_number("shaping_gamma", self.shaping_gamma, 0.0, 1.0))
+        if self.pivot not in PIVOTS:
+            raise ValueError(f"pivot must be one of {PIVOTS} (S tilts about its frame origin or its "
+                             f"pouring lip), got {self.pivot!r}")
         if self.fidelity not in FIDELITIES:
             raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or seed 000's "
                              f"reduced model), got {self.fidelity!r}")

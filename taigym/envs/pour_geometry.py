@@ -30,6 +30,26 @@ def to_world(points: np.ndarray, pose) -> np.ndarray:
     return points @ _rot(pose[2]) + pose[:2]
 
 
+def pivot_on_lip(pose, delta, lips, tilt_limit: float):
+    """The displacement of S's frame that rotates S by ``delta``'s angle about its pouring lip
+    (the right lip if the new angle is <= 0, else the left) and moves that lip by ``delta``'s
+    (dx, dy): ``pose`` = (x, y, theta) and ``delta`` = (dx, dy, dtheta) (m, rad; floats or
+    arrays over a batch), ``lips`` = ((x_left, y_left), (x_right, y_right)) in S's frame. The
+    angle is clipped to +-``tilt_limit`` for the pivot (the move keeps the unclipped dtheta, which
+    the env clips)."""
+    x, y, th = pose
+    dx, dy, dth = delta
+    th_new = np.minimum(np.maximum(th + dth, -tilt_limit), tilt_limit)
+    (lxl, lyl), (lxr, lyr) = lips
+    right = th_new <= 0.0
+    lx, ly = np.where(right, lxr, lxl), np.where(right, lyr, lyl)
+    c0, s0, c1, s1 = np.cos(th), np.sin(th), np.cos(th_new), np.sin(th_new)
+    # the lip's world position, moved by (dx, dy), minus its offset at the new angle
+    px = (c0 * lx - s0 * ly) + dx - (c1 * lx - s1 * ly)
+    py = (s0 * lx + c0 * ly) + dy - (s1 * lx + c1 * ly)
+    return px, py, dth
+
+
 def densify(chain: np.ndarray, step: float) -> np.ndarray:
     out = [chain[:1]]
     for a, b in zip(chain[:-1], chain[1:]):
