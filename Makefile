@@ -4,8 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 export TI_SKIP_VERSION_CHECK := ON
 export WANDB_MODE ?= offline
+# mkdocs-material prints a banner about its successor on every build
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup demo test test-slow bench validate clean
+.PHONY: setup demo test test-slow bench validate docs clean
 
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -33,5 +35,12 @@ bench: setup         ## speed figures (prints one JSON line at the end)
 validate: setup      ## validation plots against experiments
 	$(BIN)/python scripts/dam_break.py --out out/validation
 
+$(BIN)/mkdocs: $(BIN)/activate
+	$(BIN)/pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(BIN)/mkdocs  ## the docs site into site/ (strict: a broken link or anchor fails)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out site .pytest_cache

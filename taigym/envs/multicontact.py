@@ -69,6 +69,10 @@ the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a 
 ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
 ``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
 the progress, alive and effort terms are per control step.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
 """
 
 from __future__ import annotations

@@ -150,9 +150,9 @@ the distribution costs milliseconds to set up (its S's outflow lookup tables).
 
 ## Version history
 
-* v0: reward modes (``reward_mode``, ``shaping_gamma``; the default ``"rp"`` is the reward of
-  the first release) and the lip pivot (``pivot``; the default ``"frame"`` is the first
-  release's action).
+* v0 (2026-11-22): initial version. Added since, the defaults keeping its behaviour: reward
+  modes (``reward_mode``, ``shaping_gamma``; ``"rp"`` is the first release's reward) and the
+  lip pivot (``pivot``; ``"frame"`` is the first release's action).
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
 only one: no reduced 3D model yet).
+
+## Version history
+
+* v0 (2026-11-24): initial version.
 """
 
 from __future__ import annotations

@@ -60,6 +60,10 @@ spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, render_mode=None)``: tasks
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
 liquid grid's spacing (m; one fixed grid for every container, compiled once per env). A task whose
 fill is above the brim, or whose goal is inside an obstacle or unreachable, raises ValueError.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
 """
 
 from __future__ import annotations

@@ -62,6 +62,10 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
 """
 
 from __future__ import annotations
