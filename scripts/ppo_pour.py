@@ -37,6 +37,7 @@ from stable_baselines3.common.vec_env import VecMonitor, VecNormalize  # noqa: E
 
 import taigym  # noqa: E402,F401
 from taigym.envs import tasks  # noqa: E402
+from taigym.envs.pour_tasks import over_target, sample_task  # noqa: E402
 from taigym.training.vec_env import make_batched_vec_env  # noqa: E402
 
 ENV_ID = "taigym/Pour-v0"
@@ -71,6 +72,8 @@ def parse() -> argparse.Namespace:
                    help="at the end, also evaluate on the particle env's eval tasks")
     p.add_argument("--particle-batch", type=int, default=25)
     p.add_argument("--env-kw", type=json.loads, default={}, help="more Pour-v0 kwargs (JSON)")
+    p.add_argument("--over-target", type=float, default=0.0,
+                   help="fraction of training episodes that start with S's lip over T (over_target)")
     p.add_argument("--eval-only", action="store_true",
                    help="evaluate --out's policy.zip (with --particle-eval: on the particle env too)")
     return p.parse_args()
@@ -83,6 +86,27 @@ def env_kwargs(args, **over) -> dict:
         kw["task_split"] = args.task_split
     kw.update(over)
     return kw
+
+
+def curriculum(args):
+    """The start-state curriculum: a reset hook giving ``--over-target`` of the resets a train
+    task (or a sampled one) started over T (``pour_tasks.over_target``); the rest are the env's."""
+    if args.over_target <= 0.0:
+        return None
+    rng = np.random.default_rng([args.seed, 7])
+    split = tasks("pour", "train") if args.task_split else None
+
+    def options(mask: np.ndarray) -> dict:
+        picks = []
+        for reset in mask:
+            if reset and rng.random() < args.over_target:
+                task = split[int(rng.integers(len(split)))] if split else sample_task(rng)
+                picks.append(over_target(task))
+            else:
+                picks.append(None)
+        return {"task": picks}
+
+    return options
 
 
 def evaluate(model, norm: VecNormalize, task_list, batch: int, **kw) -> dict:
@@ -195,7 +219,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in result.items() if k != "particle_per_task"}))
         return
     venv = VecMonitor(make_batched_vec_env(ENV_ID, args.n_envs, seed=args.seed, step_infos=False,
-                                           **env_kwargs(args)))
+                                           reset_options=curriculum(args), **env_kwargs(args)))
     ckpt = args.out / "checkpoint"
     steps0 = 0
     if (ckpt / "state.json").exists():

@@ -72,6 +72,28 @@ def test_seeding_and_options():
         a.reset()
 
 
+def test_reset_options_hook_chooses_the_next_tasks():
+    """The hook is asked at every reset with the members being reset; its tasks start them (a
+    start-state curriculum): at reset() all members, at an episode's end that member only."""
+    split = list(tasks("pour", "eval")[:8])
+    asked = []
+
+    def hook(mask):
+        asked.append(mask.copy())
+        return {"task": [split[4 + i] if m else None for i, m in enumerate(mask)]}
+
+    venv = make_batched_vec_env(ID, 3, seed=0, reset_options=hook, **KW)
+    venv.reset()
+    assert venv.get_attr("task") == split[4:7] and asked[-1].all()
+    venv.set_options({"task": split[:3]})
+    venv.reset()                                        # the hook's tasks win over set_options'
+    assert venv.get_attr("task") == split[4:7]
+    for _ in range(20):
+        _, _, done, _ = venv.step(np.zeros((3, 3), np.float32))
+    assert done.all() and asked[-1].all() and len(asked) == 3
+    assert venv.get_attr("task") == split[4:7]
+
+
 def test_step_infos_false_keeps_the_finished_members_infos():
     venv = make_batched_vec_env(ID, 3, seed=0, step_infos=False, **KW)
     venv.reset()

@@ -26,6 +26,9 @@ SB3's contract, on top of the Gymnasium vector env:
 * ``infos`` is a list of per-member dicts built from the vector env's dict of arrays
   (``step_infos=False`` keeps only finished members' infos, which is all SB3's algorithms and
   ``VecMonitor`` read, and saves building B dicts per step).
+* ``reset_options(mask)``, if given, is called at every reset with the mask of the members
+  being reset (all at ``reset()``) and its dict is added to the vector env's reset options:
+  e.g. ``{"task": [...]}`` for a start-state curriculum.
 * ``get_attr``, ``set_attr`` and ``env_method`` act on the one vector env and return its answer
   for every index asked for (the members share it), except ``get_attr("task")``, which gives
   each member's task if the vector env lists them (``tasks``); ``env_is_wrapped`` is False.
@@ -33,7 +36,7 @@ SB3's contract, on top of the Gymnasium vector env:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -68,11 +71,13 @@ def _split_info(info: dict, n: int, rows: Sequence[int] | None = None) -> list[d
 class BatchedVecEnv(VecEnv):
     """SB3 ``VecEnv`` over the Gymnasium vector env ``venv`` (module docstring)."""
 
-    def __init__(self, venv: gym.vector.VectorEnv, step_infos: bool = True):
+    def __init__(self, venv: gym.vector.VectorEnv, step_infos: bool = True,
+                 reset_options: Callable[[np.ndarray], dict] | None = None):
         if not isinstance(venv, gym.vector.VectorEnv):
             raise ValueError(f"venv must be a gymnasium.vector.VectorEnv, got {type(venv).__name__}")
         self.venv = venv
         self.step_infos = bool(step_infos)
+        self.reset_options = reset_options
         self._same_step = venv.metadata.get("autoreset_mode") == AutoresetMode.SAME_STEP
         self._actions: np.ndarray | None = None
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
@@ -84,7 +89,8 @@ class BatchedVecEnv(VecEnv):
         if any(o != options for o in self._options):
             raise ValueError("BatchedVecEnv: the members of one vector env share one reset "
                              "options dict; set_options got different ones")
-        obs, info = self.venv.reset(seed=seeds, options=dict(options) or None)
+        options = {**options, **self._hooked(np.ones(self.num_envs, bool))}
+        obs, info = self.venv.reset(seed=seeds, options=options or None)
         self.reset_infos = _split_info(info, self.num_envs)
         self._reset_seeds()
         self._reset_options()
@@ -107,7 +113,7 @@ class BatchedVecEnv(VecEnv):
                 finals = {i: final[i] for i in rows}
             else:
                 finals = {i: _row(obs, i) for i in rows}
-                new_obs, new_info = self.venv.reset(options={"reset_mask": done})
+                new_obs, new_info = self.venv.reset(options={"reset_mask": done, **self._hooked(done)})
                 obs = _merge(obs, new_obs, done)
                 resets = _split_info(new_info, self.num_envs, rows)
                 for i in rows:
@@ -119,6 +125,9 @@ class BatchedVecEnv(VecEnv):
 
     def close(self) -> None:
         self.venv.close()
+
+    def _hooked(self, mask: np.ndarray) -> dict:
+        return {} if self.reset_options is None else dict(self.reset_options(mask))
 
     # ------------------------------------------------------------------ attributes
     def _indices(self, indices: VecEnvIndices) -> list[int]:
@@ -172,12 +181,13 @@ def _merge(obs, new, mask: np.ndarray):
 
 
 def make_batched_vec_env(env_id: str, num_envs: int, seed: int | None = None,
-                         step_infos: bool = True, **kwargs) -> BatchedVecEnv:
+                         step_infos: bool = True, reset_options: Callable[[np.ndarray], dict] | None = None,
+                         **kwargs) -> BatchedVecEnv:
     """``BatchedVecEnv`` over ``gym.make_vec(env_id, num_envs, vectorization_mode=
     "vector_entry_point", **kwargs)``; ``seed`` seeds member i with seed + i at the first reset."""
     venv = BatchedVecEnv(gym.make_vec(env_id, num_envs=num_envs,
                                       vectorization_mode="vector_entry_point", **kwargs),
-                         step_infos=step_infos)
+                         step_infos=step_infos, reset_options=reset_options)
     if seed is not None:
         venv.seed(seed)
     return venv
