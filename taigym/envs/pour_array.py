@@ -68,6 +68,18 @@ def _pad_rows(a: np.ndarray, n: int) -> np.ndarray:
     return np.concatenate([a, np.repeat(a[:, -1:], n - a.shape[1], axis=1)], axis=1)
 
 
+def _corners(source, solid_pts: np.ndarray) -> np.ndarray:
+    """The points of ``solid_pts`` (S's wall chain densified by ``pour_geometry.densify`` at 3/4
+    of the wall radius, as ``TaskGeometry`` does) that end the chain's straight runs."""
+    chain = np.asarray(source.walls, np.float64)
+    step = 0.75 * source.radius
+    runs = [max(int(np.ceil(np.linalg.norm(b - a) / step)), 1) for a, b in zip(chain[:-1], chain[1:])]
+    ends = np.concatenate([[0], np.cumsum(runs)])
+    if ends[-1] != len(solid_pts) - 1:
+        raise RuntimeError("solid_pts is not S's wall chain densified at 3/4 of its wall radius")
+    return solid_pts[ends]
+
+
 class SimplifiedArrayBatch(SimplifiedPourBatch):
     """B scenes of the simplified Pour-v0 in array operations (module docstring). ``members``
     keep each scene's task and geometry (and the reference's state for moves near obstacles)."""
@@ -98,6 +110,7 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
         # collision geometry, rows padded by repeating their last entry: S's sampled solid (S
         # frame), T's wall segments (start, direction, 1 / length^2), T's wall radius
         self.solid = np.zeros((B, 1, 2))
+        self.corners = np.zeros((B, 1, 2))
         self.t_a, self.t_ab, self.t_inv = np.zeros((B, 1, 2)), np.zeros((B, 1, 2)), np.zeros((B, 1))
         self.t_radius = np.zeros(B)
         # heightfield / lip lines: x, the interior's span on it (S frame, m), scale, clip
@@ -150,7 +163,7 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
         self.liquid.load(b, start["liquid"])
         for name in _START_ROWS:
             getattr(self, name)[b] = start[name]
-        self._set_solids(b, start["solid"], start["t_walls"])
+        self._set_solids(b, start["solid"], start["corners"], start["t_walls"])
         self.obs[b, :N_STATE] = start["state"]
         if self.frame_size:
             self.lines[b], self.line_scale[b], self.line_clip[b] = (start["lines"], start["line_scale"],
@@ -188,18 +201,23 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
                  "s_lips": m.s_lips, "t_start": task.target_position, "t_speed": task.target_velocity,
                  "t_bounds": task.target_bounds, "v0": geo.fill_area, "has_obstacles": bool(obst),
                  "n_obstacles": len(obst), "obstacles": np.array(list(obst) + [(0.0,) * 4] * (MAX_OBSTACLES - len(obst))),
-                 "solid": geo.solid_pts, "t_walls": geo.t_walls, "state": geo.state}
+                 "solid": geo.solid_pts, "corners": _corners(source, geo.solid_pts), "t_walls": geo.t_walls,
+                 "state": geo.state}
         if self.frame_size:
             start["lines"], start["line_scale"], start["line_clip"] = column_lines(
                 source, self.cfg.obs_mode, self.cfg.heightfield_bins, self.cfg.dx)
         return start
 
-    def _set_solids(self, b: int, solid_pts: np.ndarray, t_walls) -> None:
-        """Member b's S solid samples and T wall segments, widening the padded arrays if needed
-        (a row's tail repeats its last entry, which changes no minimum or maximum)."""
-        n_pts, n_seg = len(solid_pts), len(t_walls.a)
+    def _set_solids(self, b: int, solid_pts: np.ndarray, corners: np.ndarray, t_walls) -> None:
+        """Member b's S solid samples and their corners and T's wall segments, widening the
+        padded arrays if needed (a row's tail repeats its last entry, which changes no minimum or
+        maximum)."""
+        n_pts, n_seg, n_cor = len(solid_pts), len(t_walls.a), len(corners)
         if n_pts > self.solid.shape[1]:
             self.solid = _pad_rows(self.solid, n_pts)
+        if n_cor > self.corners.shape[1]:
+            self.corners = _pad_rows(self.corners, n_cor)
+        self.corners[b, :n_cor], self.corners[b, n_cor:] = corners, corners[-1]
         if n_seg > self.t_a.shape[1]:
             self.t_a, self.t_ab = _pad_rows(self.t_a, n_seg), _pad_rows(self.t_ab, n_seg)
             self.t_inv = _pad_rows(self.t_inv, n_seg)
@@ -226,29 +244,32 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
 
     def _penetration_all(self, idx, pose, t_pose):
         """``PourBatch._penetration`` on arrays, for members without obstacles: (into T's solid,
-        into the floor or the scene's edges), m."""
+        into the floor or the scene's edges), m. The edges are checked against the sampled
+        solid's corners (the ends of its straight runs, where its extremes lie)."""
         n = len(idx)
         x, y, th = pose.T
         near_t, near_edge = self._near_all(idx, x, y, th, t_pose[:, 0], t_pose[:, 1])
         pen_t, pen_e = np.zeros(n), np.zeros(n)
-        sub = np.flatnonzero(near_t | near_edge)
+        c, s = np.cos(th), np.sin(th)
+        sub = np.flatnonzero(near_edge)
+        if len(sub):
+            loc, cc, ss = self.corners[idx[sub]], c[sub, None], s[sub, None]
+            px = x[sub, None] + (loc[..., 0] * cc - loc[..., 1] * ss)
+            py = y[sub, None] + (loc[..., 0] * ss + loc[..., 1] * cc)
+            W, H = DOMAIN
+            pen_e[sub] = np.maximum(0.0, self.s_radius[idx[sub]] - np.minimum(
+                np.minimum(px.min(1), py.min(1)), np.minimum(W - px.max(1), H - py.max(1))))
+        sub = np.flatnonzero(near_t)
         if len(sub) == 0:
             return pen_t, pen_e
-        ids, r = idx[sub], self.s_radius[idx[sub]]
-        c, s = np.cos(th[sub])[:, None], np.sin(th[sub])[:, None]
-        loc = self.solid[ids]
-        px = x[sub, None] + (loc[..., 0] * c - loc[..., 1] * s)
-        py = y[sub, None] + (loc[..., 0] * s + loc[..., 1] * c)
-        W, H = DOMAIN
-        edge = np.maximum(0.0, r - np.minimum(np.minimum(px.min(1), py.min(1)),
-                                              np.minimum(W - px.max(1), H - py.max(1))))
-        pen_e[sub] = np.where(near_edge[sub], edge, 0.0)
         # T (never rotated): its wall distance from the points within r of T's solid's box
-        qx, qy = px - t_pose[sub, 0, None], py - t_pose[sub, 1, None]
+        ids, r = idx[sub], self.s_radius[idx[sub]]
+        loc, cc, ss = self.solid[ids], c[sub, None], s[sub, None]
+        qx = x[sub, None] + (loc[..., 0] * cc - loc[..., 1] * ss) - t_pose[sub, 0, None]
+        qy = y[sub, None] + (loc[..., 0] * ss + loc[..., 1] * cc) - t_pose[sub, 1, None]
         a0, b0, a1, b1 = (v[:, None] for v in self.t_box[ids].T)
         rr = r[:, None]
-        close = (near_t[sub, None] & (qx > a0 - rr) & (qx < a1 + rr) & (qy > b0 - rr) & (qy < b1 + rr))
-        rows, cols = np.nonzero(close)
+        rows, cols = np.nonzero((qx > a0 - rr) & (qx < a1 + rr) & (qy > b0 - rr) & (qy < b1 + rr))
         if len(rows):
             mem = ids[rows]
             apx = qx[rows, cols][:, None] - self.t_a[mem, :, 0]
