@@ -385,3 +385,21 @@ def test_lip_pivot_tilts_about_the_pouring_lip():
 def test_bad_pivot_raises_value_error_naming_it():
     with pytest.raises(ValueError, match="pivot"):
         make(pivot="bottom")
+
+
+def test_over_target_starts_the_pouring_lip_over_t():
+    from taigym.envs.pour_tasks import DOMAIN, over_target
+
+    for task in tasks("pour", split="train")[:50]:
+        moved = over_target(task)
+        S, T = moved.source_shape(), moved.target_shape()
+        lip_x = moved.source_pose[0] + S.lips[1][0]
+        t_x = moved.target_position[0] + T.opening_centre[0]
+        walls = np.asarray(S.walls)[:, 0] + moved.source_pose[0]
+        assert walls.min() - S.radius > 0.0 and walls.max() + S.radius < DOMAIN[0]
+        at_aim = abs(lip_x - (t_x - 0.125 * T.width)) < 1e-9
+        at_edge = min(walls.min() - S.radius, DOMAIN[0] - walls.max() - S.radius) == pytest.approx(0.005)
+        assert at_aim or at_edge
+        assert moved.source_pose[1:] == task.source_pose[1:] and moved.fill == task.fill
+    with pytest.raises(ValueError, match="aim"):
+        over_target(tasks("pour", split="train")[0], aim=2.0)
