@@ -60,20 +60,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--timesteps", type=int, default=200_000)
     p.add_argument("--copies", type=int, default=8, help="make_vec_env's single envs")
-    p.add_argument("--num-envs", type=int, default=256, help="the batched env's members")
-    p.add_argument("--rollout", type=int, default=16384, help="transitions per PPO update (both)")
-    p.add_argument("--batch-size", type=int, default=2048)
+    p.add_argument("--num-envs", type=int, default=128, help="the batched env's members")
+    p.add_argument("--rollout", type=int, default=4096, help="transitions per PPO update (both)")
+    p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--n-epochs", type=int, default=5)
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--net", type=int, nargs="+", default=[128, 128])
     p.add_argument("--reward-mode", default="dense")
+    p.add_argument("--pivot", default="lip", choices=("frame", "lip"))
     p.add_argument("--task-split", default=None, choices=(None, "train"),
                    help="both draw tasks from this fixed split")
     p.add_argument("--warmup", type=int, default=0,
                    help="env steps of random actions before timing, per setup (a split's tasks seen once)")
     args = p.parse_args()
     torch.set_num_threads(1)
-    kw = dict(fidelity="simplified", reward_mode=args.reward_mode, shaping_gamma=args.gamma,
+    kw = dict(fidelity="simplified", reward_mode=args.reward_mode, shaping_gamma=args.gamma, pivot=args.pivot,
               **({"task_split": args.task_split} if args.task_split else {}))
     load0 = os.getloadavg()
     ref = train(make_vec_env(ID, n_envs=args.copies, seed=0, env_kwargs=kw), args.copies, args)

@@ -192,15 +192,16 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
         m = self._fill_member(Member(), task, geo, obst)
         follow = task.liquid_velocity == "follow"
         start = {"source": source, "target": target, "obst": obst, "geo": geo if obst else None,
-                 "liquid": self.liquid.member_row(source, geo.fill_area,
-                                                  fit_for(task.source_container, task.viscosity), geo.tables,
-                                                  velocity=tuple(task.source_velocity) if follow else (0.0, 0.0)),
+                 "liquid": self.liquid.member_row(
+                     source, geo.fill_area, fit_for(task.source_container, task.viscosity), geo.tables,
+                     velocity=tuple(task.source_velocity) if follow else (0.0, 0.0)),
                  "s_pose": m.s_pose, "s_vel": m.s_vel, "t_pose": m.t_pose, "t_vel": m.t_vel,
                  "prev_action": m.prev_action, "s_box": m.s_box, "t_box": m.t_box, "s_bound": m.s_bound,
                  "s_radius": source.radius, "s_oc": m.s_oc, "t_oc": m.t_oc, "t_half": 0.5 * target.width,
                  "s_lips": m.s_lips, "t_start": task.target_position, "t_speed": task.target_velocity,
                  "t_bounds": task.target_bounds, "v0": geo.fill_area, "has_obstacles": bool(obst),
-                 "n_obstacles": len(obst), "obstacles": np.array(list(obst) + [(0.0,) * 4] * (MAX_OBSTACLES - len(obst))),
+                 "n_obstacles": len(obst),
+                 "obstacles": np.array(list(obst) + [(0.0,) * 4] * (MAX_OBSTACLES - len(obst))),
                  "solid": geo.solid_pts, "corners": _corners(source, geo.solid_pts), "t_walls": geo.t_walls,
                  "state": geo.state}
         if self.frame_size:
@@ -358,8 +359,8 @@ class SimplifiedArrayBatch(SimplifiedPourBatch):
         t_next = np.column_stack((tx, ty, zero))
         delta = a * ACTION_SCALE
         if self.cfg.pivot == "lip":
-            delta = np.column_stack(pivot_on_lip(self.s_pose[idx].T, delta.T, self.s_lips[idx].transpose(1, 2, 0),
-                                                 TILT_LIMIT))
+            lips = self.s_lips[idx].transpose(1, 2, 0)
+            delta = np.column_stack(pivot_on_lip(self.s_pose[idx].T, delta.T, lips, TILT_LIMIT))
         s_next, clipped, pen = self._moves(idx, delta, t_next)
         theta_prev = self.s_pose[idx, 2]
         s_vel = (s_next - self.s_pose[idx]) / dt

@@ -14,9 +14,9 @@ from . import render
 from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, HISTORY, N_STATE, SETTLE_SPEED,
                           SETTLED_FRACTION, SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED, TILT_LIMIT,
                           PourConfig, observation_space, state_bounds)
+from .pour_geometry import (TaskGeometry, box_distance, box_sdf, pivot_on_lip, task_geometry,
+                            to_local, to_world)
 from .pour_reward import POTENTIALS, REWARD_TERMS, potentials
-from .pour_geometry import (TaskGeometry, box_distance, box_sdf, pivot_on_lip, task_geometry, to_local,
-                            to_world)
 from .pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask
 
 SOURCE, TARGET = 0, 1                             # body handles in the world

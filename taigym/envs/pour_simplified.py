@@ -19,7 +19,6 @@ import numpy as np
 
 from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
                                       path_x)
-
 from taigym.sim.constants import CONTROL_DT
 
 from . import render
@@ -264,8 +263,8 @@ class SimplifiedPourBatch(PourBatch):
 
     def _prepare_columns(self, m: Member) -> None:
         cfg = self.cfg
-        m.columns, m.col_scale, m.col_clip = column_lines(m.source, cfg.obs_mode, cfg.heightfield_bins,
-                                                    cfg.dx)
+        m.columns, m.col_scale, m.col_clip = column_lines(m.source, cfg.obs_mode,
+                                                          cfg.heightfield_bins, cfg.dx)
 
     def _liquid_fractions(self, m: Member) -> dict:
         q = m.liq

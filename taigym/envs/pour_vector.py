@@ -16,9 +16,9 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from ._checks import reset_options
 from taigym.sim.constants import CONTROL_DT
 
+from ._checks import reset_options
 from .pour import make_batch
 from .pour_config import action_space, as_task, make_config, observation_space
 

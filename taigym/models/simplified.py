@@ -472,7 +472,8 @@ class SimplifiedLiquidBatch:
         operations."""
         a, b = lo[:, :channels], hi[:, :channels]
         fj, fi = fj[:, None], fi[:, None]
-        return (a + (lo[:, 4:4 + channels] - a) * fj) * (1.0 - fi) + (b + (hi[:, 4:4 + channels] - b) * fj) * fi
+        a2, b2 = lo[:, 4:4 + channels], hi[:, 4:4 + channels]
+        return (a + (a2 - a) * fj) * (1.0 - fi) + (b + (b2 - b) * fj) * fi
 
     def lookup(self, theta: np.ndarray, idx: np.ndarray):
         """:meth:`SimplifiedLiquid.lookup` of members ``idx`` at pose angles ``theta``: arrays
