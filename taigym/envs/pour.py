@@ -163,6 +163,7 @@ import numpy as np
 from taigym.sim.constants import CONTROL_DT
 
 from ._checks import reset_options
+from .pour_array import SimplifiedArrayBatch
 # public names of the split modules, importable from here as before
 from .pour_batch import (N_BODIES, OBSTACLE_HANDLES, PARKED_BOX_SIZE, PARKED_POSE, SOURCE,  # noqa: F401
                          TARGET, PourBatch)
@@ -171,7 +172,6 @@ from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, FIDELITIES, HISTORY, N_S
                           SUCCESS_MAX_SPILLED, TILT_LIMIT, PourConfig, action_space, as_task,
                           make_config, observation_space, state_bounds)
 from .pour_geometry import densify, shape_features, task_geometry, to_local, to_world  # noqa: F401
-from .pour_array import SimplifiedArrayBatch
 from .pour_simplified import SimplifiedPourBatch
 from .pour_tasks import PourTask
 
