@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from ._checks import bounded_float
-from .pour_tasks import MAX_VISCOSITY, PourTask, _params, _vector, task_from_dict, task_to_dict
+from .pour_tasks import (MAX_VISCOSITY, PourTask, finite_vector, shape_params, task_from_dict,
+                         task_to_dict)
 
 COUNTER_HEIGHT = 0.5                 #: m, the counter top above the arm's base
 #: the counter as a box (cx, cy, cz, hx, hy, hz), m: in front of the arm, down to its base
@@ -103,9 +104,9 @@ class Pour3DTask:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
             set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.02, 0.14))
             set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.03, 0.16))
-            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
-        set_("source_position", _vector("source_position", self.source_position, 3))
-        set_("target_position", _vector("target_position", self.target_position, 2))
+            set_(f"{role}_params", shape_params(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_position", finite_vector("source_position", self.source_position, 3))
+        set_("target_position", finite_vector("target_position", self.target_position, 2))
         for k, (name, (lo, hi)) in enumerate(zip("xyz", REACH)):
             if not lo <= self.source_position[k] <= hi:
                 raise ValueError(f"source_position's {name} must be in [{lo:g}, {hi:g}] m (the arm's "

@@ -64,7 +64,7 @@ _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1), "val": (20260301,
 _EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_task: more tasks from the train distribution
 
 
-def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
+def finite_vector(name: str, value: Any, size: int) -> tuple[float, ...]:
     try:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
@@ -74,7 +74,7 @@ def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
     return tuple(float(x) for x in a)
 
 
-def _params(name: str, value: Any) -> tuple[tuple[str, float], ...]:
+def shape_params(name: str, value: Any) -> tuple[tuple[str, float], ...]:
     items = dict(value).items() if not isinstance(value, tuple) else value
     try:
         out = tuple(sorted((str(k), float(v)) for k, v in items))
@@ -188,12 +188,12 @@ class PourTask:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
             set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.01, 0.4))
             set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.01, 0.4))
-            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
-        set_("source_pose", _vector("source_pose", self.source_pose, 3))
-        set_("source_velocity", _vector("source_velocity", self.source_velocity, 2))
-        set_("target_position", _vector("target_position", self.target_position, 2))
-        set_("target_velocity", _vector("target_velocity", self.target_velocity, 2))
-        set_("target_bounds", _vector("target_bounds", self.target_bounds, 4))
+            set_(f"{role}_params", shape_params(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_pose", finite_vector("source_pose", self.source_pose, 3))
+        set_("source_velocity", finite_vector("source_velocity", self.source_velocity, 2))
+        set_("target_position", finite_vector("target_position", self.target_position, 2))
+        set_("target_velocity", finite_vector("target_velocity", self.target_velocity, 2))
+        set_("target_bounds", finite_vector("target_bounds", self.target_bounds, 4))
         x_lo, x_hi, y_lo, y_hi = self.target_bounds
         if not (0 <= x_lo <= x_hi <= DOMAIN[0] and 0 <= y_lo <= y_hi <= DOMAIN[1]):
             raise ValueError(f"target_bounds must satisfy 0 <= x_lo <= x_hi <= {DOMAIN[0]} and "
