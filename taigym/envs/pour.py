@@ -1,6 +1,6 @@
 """``taigym/Pour-v0``: pour liquid from a source container S into a moving target T (2D).
 
-This is seed 001's pouring problem (Pan & Manocha 2017, §IV-VI) at kitchen scale, simulated by
+This is Pan & Manocha 2017's pouring problem (§IV-VI) at kitchen scale, simulated by
 the FLIP solver of ``taigym.sim``. The task (``env.unwrapped.task``, a frozen
 :class:`~taigym.envs.pour_tasks.PourTask`) fixes both containers, T's constant velocity, the fill
 level, the viscosity, whether the liquid starts at rest (TRANSFER+ZERO) or moving with S
@@ -12,7 +12,7 @@ kinematically by the agent; T moves at its constant velocity and bounces off the
 that keeps it on the table (``task.target_pose_at(t)`` gives its whole trajectory). Poses are
 those of the containers' frames: origin at the centre of the inner bottom, y along the axis,
 theta counter-clockwise (pouring to the right means theta < 0). Obstacles (``task.obstacles``,
-e.g. seed 000's tall block between S and T; sampled tasks have none) are static solid boxes
+e.g. Pan & Manocha 2016's tall block between S and T; sampled tasks have none) are static solid boxes
 (x_centre, y_centre, width, height); liquid cannot pass through them, and liquid resting on one
 is spilled.
 
@@ -30,6 +30,8 @@ theta is kept in [-2.5, 2.5] rad. A component of the move that would make S's so
 T's or an obstacle (deeper than it already does; for obstacles, also on the way, so that S
 cannot jump through a thin box), go below the floor or leave the scene is not applied (the
 others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ``pivot="lip"`` (default ``"frame"``): dtheta rotates S about its pouring lip (the right lip if
 the new theta is <= 0, else the left) and (dx, dy) move that lip, so that a tilt alone pours
@@ -39,7 +41,7 @@ a tilt swings the lip back over S's body, away from T.
 
 ## Observation space
 
-``obs_mode="features"`` (default; seed 001 Fig. 4a): a float32 vector, every entry bounded:
+``obs_mode="features"`` (default; Pan & Manocha 2017, Fig. 4a): a float32 vector, every entry bounded:
 
 | index | observation | unit | range |
 |-------|-------------|------|-------|
@@ -129,7 +131,7 @@ and batch size, which saves Taichi's kernel compilation. The batched version is
 ## Fidelity
 
 ``fidelity="particles"`` (default) simulates the liquid with the FLIP solver.
-``fidelity="simplified"`` replaces it with seed 000's reduced model (``taigym.envs.
+``fidelity="simplified"`` replaces it with Pan & Manocha 2016's reduced model (``taigym.envs.
 pour_simplified``): the liquid in S is its volume and mean outflow speed, identified from FLIP
 pours (``scripts/sysid_pour.py``); what leaves S follows the outflow parabola and counts as in T
 if it comes down through T's opening, else as spilled once it lands. Same spaces, moves,
@@ -150,9 +152,11 @@ the distribution costs milliseconds to set up (its S's outflow lookup tables).
 
 ## Version history
 
-* v0 (2026-11-22): initial version. Added since, the defaults keeping its behaviour: reward
-  modes (``reward_mode``, ``shaping_gamma``; ``"rp"`` is the first release's reward) and the
-  lip pivot (``pivot``; ``"frame"`` is the first release's action).
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report; reward
+  modes (``reward_mode``, ``shaping_gamma``) and the lip pivot (``pivot``), the defaults
+  (``"rp"``, ``"frame"``) keeping the first release's reward and action (no change to the
+  dynamics).
 """
 
 from __future__ import annotations
@@ -162,21 +166,18 @@ import numpy as np
 
 from taigym.sim.constants import CONTROL_DT
 
-from ._checks import reset_options
+from .checks import check_action, reset_options
 from .pour_array import SimplifiedArrayBatch
 # public names of the split modules, importable from here as before
 from .pour_batch import (N_BODIES, OBSTACLE_HANDLES, PARKED_BOX_SIZE, PARKED_POSE, SOURCE,  # noqa: F401
                          TARGET, PourBatch)
-from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, FIDELITIES, HISTORY, N_STATE,  # noqa: F401
-                          OBS_MODES, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+from .pour_config import (ACTION_SCALE, EMPTY_FRACTION, EPISODE_METRICS, FIDELITIES, HISTORY,  # noqa: F401
+                          N_STATE, OBS_MODES, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
                           SUCCESS_MAX_SPILLED, TILT_LIMIT, PourConfig, action_space, as_task,
                           make_config, observation_space, state_bounds)
-from .pour_geometry import densify, shape_features, task_geometry, to_local, to_world  # noqa: F401
+from .pour_geometry import shape_features, task_geometry, to_local, to_world  # noqa: F401
 from .pour_simplified import SimplifiedPourBatch
-from .pour_tasks import PourTask
-
-# the old private name, for code that has not moved to ``densify`` yet (agents/sqp3d.py)
-_densify = densify
+from .pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask  # noqa: F401
 
 
 def make_batch(cfg: PourConfig, batch_size: int = 1, vectorised: bool = False) -> PourBatch:
@@ -191,7 +192,8 @@ def make_batch(cfg: PourConfig, batch_size: int = 1, vectorised: bool = False) -
 # ---------------------------------------------------------------------- the env
 class PourEnv(gym.Env):
     __doc__ = __doc__
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, **kwargs):
         self.cfg = make_config(**kwargs)
@@ -240,7 +242,7 @@ class PourEnv(gym.Env):
     def step(self, action):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        self._batch.step(np.asarray(action, dtype=np.float64).reshape(1, 3), None)
+        self._batch.step(check_action(action, self.action_space).reshape(1, 3), None)
         reward, terminated, truncated = self._batch.outcome(0)
         return (self._batch.observation(0), reward, terminated, truncated,
                 dict(self._batch.members[0].info))

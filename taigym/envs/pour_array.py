@@ -19,8 +19,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from taigym.models.simplified import GRAVITY, SimplifiedLiquidBatch, fit_for
-from taigym.sim.constants import CONTROL_DT
+from taigym.models.simplified import SimplifiedLiquidBatch, fit_for
+from taigym.sim.constants import CONTROL_DT, GRAVITY
 
 from . import render
 from .pour_batch import PENETRATION_EPS, Member

@@ -192,7 +192,7 @@ class PourBatch:
         columns = self._probe_columns(source)
         w.set_height_probe(None if columns is None else SOURCE, columns,
                            (-source.radius, 1.5 * source.height), member=b)
-        lip_l, lip_r = target.lips     # seed 001's R_p and the spill level: T's opening
+        lip_l, lip_r = target.lips     # Pan & Manocha 2017's R_p and the spill level: T's opening
         w.set_target_opening(TARGET, target.opening_centre, 0.5 * float(np.linalg.norm(lip_r - lip_l)),
                              member=b)
         w.reseed(jitter_seed, member=b)
@@ -534,7 +534,7 @@ class PourBatch:
 
     def _after_step(self, plans: list[tuple], unstable: np.ndarray) -> None:
         """The stepped members' rewards, fractions and features, from what the solver measured
-        in its step (seed 001's R_p as the world's target score, fractions, heightfields);
+        in its step (Pan & Manocha 2017's R_p as the world's target score, fractions, heightfields);
         ``plans`` as ``_moves`` gives them."""
         if not plans:
             return

@@ -23,6 +23,8 @@ EMPTY_FRACTION = 0.02
 SETTLED_FRACTION = 0.005
 SUCCESS_IN_TARGET = 0.9
 SUCCESS_MAX_SPILLED = 0.05
+#: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
+EPISODE_METRICS = {"success": "rate", "in_target": "fraction", "spilled": "fraction", "in_source": "fraction"}
 HISTORY = 4                                       # frames of heightfield / lip height
 OBS_MODES = ("features", "lip", "particles", "rgb")
 FIDELITIES = ("particles", "simplified")
@@ -130,7 +132,7 @@ class PourConfig:
             raise ValueError(f"pivot must be one of {PIVOTS} (S tilts about its frame origin or its "
                              f"pouring lip), got {self.pivot!r}")
         if self.fidelity not in FIDELITIES:
-            raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or seed 000's "
+            raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or Pan & Manocha 2016's "
                              f"reduced model), got {self.fidelity!r}")
         if self.fidelity == "simplified" and self.obs_mode == "particles":
             raise ValueError("obs_mode='particles' needs fidelity='particles': the simplified "

@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from taigym.sim.geometry import densify
+
 from .pour_tasks import ALL_SHAPES, MAX_OBSTACLES, PourTask
 
 def _rot(theta: float) -> np.ndarray:
@@ -48,15 +50,6 @@ def pivot_on_lip(pose, delta, lips, tilt_limit: float):
     px = (c0 * lx - s0 * ly) + dx - (c1 * lx - s1 * ly)
     py = (s0 * lx + c0 * ly) + dy - (s1 * lx + c1 * ly)
     return px, py, dth
-
-
-def densify(chain: np.ndarray, step: float) -> np.ndarray:
-    out = [chain[:1]]
-    for a, b in zip(chain[:-1], chain[1:]):
-        n = max(int(math.ceil(np.linalg.norm(b - a) / step)), 1)
-        t = np.arange(1, n + 1)[:, None] / n
-        out.append(a + t * (b - a))
-    return np.concatenate(out)
 
 
 class Walls:
@@ -183,13 +176,13 @@ class TaskGeometry:
 
         self.source = source = task.source_shape(wall_thickness)
         self.target = target = task.target_shape(wall_thickness)
-        self.solid_pts = densify(np.asarray(source.walls), 0.75 * source.radius)
+        self.solid_pts = densify(source.walls, 0.75 * source.radius)
         self.s_region = Region(source)
         self.t_walls = Walls(target)
         self.s_box, self.t_box = solid_box(source), solid_box(target)
         self.fill_area = source.liquid_area(task.fill)
         self.tables = outflow_tables(source) if cache_tables else compute_tables(source)
-        # from seed 000's lookup tables (within 2e-3 rad of ``Container.max_tilt_angle``, ~20x
+        # from Pan & Manocha 2016's lookup tables (within 2e-3 rad of ``Container.max_tilt_angle``, ~20x
         # faster)
         self.max_tilt = self.tables.max_lean(self.fill_area)
         n_obst = len(task.obstacles)

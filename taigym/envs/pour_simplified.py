@@ -1,13 +1,13 @@
-"""The liquid of ``taigym/Pour-v0`` with ``fidelity="simplified"``: seed 000's reduced model.
+"""The liquid of ``taigym/Pour-v0`` with ``fidelity="simplified"``: Pan & Manocha 2016's reduced model.
 
 Instead of particles, the liquid in S is its volume V and outflow speed u
 (:class:`taigym.models.simplified.SimplifiedLiquid`). What leaves S in a step is a packet that
-follows the outflow path (seed 000's parabola with the jet's identified horizontal drag); it
+follows the outflow path (Pan & Manocha 2016's parabola with the jet's identified horizontal drag); it
 lands where that path comes down through T's rim height:
-inside T's opening it counts as in T (earning seed 001's R_p for its distance from the opening
+inside T's opening it counts as in T (earning Pan & Manocha 2017's R_p for its distance from the opening
 centre), anywhere else, or if it hits an obstacle on the way, as spilled. Until it lands it is in
 flight. The free surface in S is flat at the level that holds V (the lookup tables), which gives
-the heightfield and lip observations. Liquid in T stays there (seed 000 ignores T's dynamics).
+the heightfield and lip observations. Liquid in T stays there (Pan & Manocha 2016 ignore T's dynamics).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
-                                      path_x)
-from taigym.sim.constants import CONTROL_DT
+from taigym.models.simplified import SimplifiedLiquid, fit_for, jet_drag, landing, path_x
+from taigym.sim.constants import CONTROL_DT, GRAVITY
 
 from . import render
 from .pour_batch import Member, PourBatch
@@ -81,7 +80,7 @@ class SimplifiedMember:
         if known (else computed or read from the cache)."""
         self.task, self.source, self.target = task, source, target
         self.v0 = source.liquid_area(task.fill) if v0 is None else v0
-        # the liquid starts at rest, or moving with S (seed 001's TRANSFER+FOLLOW)
+        # the liquid starts at rest, or moving with S (Pan & Manocha 2017's TRANSFER+FOLLOW)
         follow = task.liquid_velocity == "follow"
         self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity),
                                        tables, velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))

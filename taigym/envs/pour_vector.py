@@ -18,7 +18,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from taigym.sim.constants import CONTROL_DT
 
-from ._checks import reset_options
+from .checks import check_action, reset_options
 from .pour import make_batch
 from .pour_config import action_space, as_task, make_config, observation_space
 
@@ -92,7 +92,7 @@ class PourVectorEnv(VectorEnv):
         return self._observations(), self._batch.infos()
 
     def step(self, actions):
-        actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, 3)
+        actions = check_action(actions, self.action_space, "actions")
         if not self._ready:
             if any(m.task is None for m in self._batch.members):
                 raise RuntimeError("call reset() before step()")
