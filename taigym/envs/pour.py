@@ -118,7 +118,11 @@ target_velocity=None, liquid_velocity=None, task_split=None, obs_mode="features"
 resolution=128, render_mode=None, ...)``: task arguments left at ``None`` are sampled, others
 fix that variable of every sampled task; ``task_split="train"|"eval"`` samples tasks from the
 fixed split instead; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``)
-exactly. ``resolution`` is the number of grid cells across the 0.8 m scene (64-512; walls are
+exactly. ``over_target`` (0, in [0, 1]) is the fraction of the tasks the env draws itself (a
+reset without ``options["task"]``) that start with S's pouring lip over T's opening
+(``pour_tasks.over_target``): a start-state curriculum for RL, which learns what tilting over
+T earns before it has to learn the approach. Tasks given to ``reset`` (an evaluation's) are run
+as given. ``resolution`` is the number of grid cells across the 0.8 m scene (64-512; walls are
 ``max(1 cm, 2 cells)`` thick). Other arguments: ``horizon`` (s, default 5), ``max_particles``
 (capacity per scene; default: a full 10 x 12 cm cup), ``n_particles`` (particles obs, 256),
 ``heightfield_bins`` (16), ``image_size`` ((80, 128), rgb obs), ``render_size`` ((320, 512)),
@@ -157,6 +161,7 @@ the distribution costs milliseconds to set up (its S's outflow lookup tables).
   modes (``reward_mode``, ``shaping_gamma``) and the lip pivot (``pivot``), the defaults
   (``"rp"``, ``"frame"``) keeping the first release's reward and action (no change to the
   dynamics).
+* v0 (2026-11-28): ``over_target`` (default 0: the tasks drawn as before).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from taigym.sim.constants import CONTROL_DT, MAX_PROBE_COLUMNS
 
 from .pour_reward import REWARD_MODES
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
-                         OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
+                         OBSTACLE_SIZE, SPLIT_SIZES, PourTask, over_target, pour_tasks, sample_task)
 
 ACTION_SCALE = np.array([0.025, 0.025, 0.1])      # per step: m, m, rad
 TILT_LIMIT = 2.5                                  # rad
@@ -72,6 +72,7 @@ class PourConfig:
     reward_mode: str = "rp"
     shaping_gamma: float = 0.99
     pivot: str = "frame"
+    over_target: float = 0.0
     arch: str = "cpu"
     fidelity: str = "particles"
     extra: dict = field(default_factory=dict)
@@ -128,6 +129,7 @@ class PourConfig:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
         set_("shaping_gamma", check_number("shaping_gamma", self.shaping_gamma, 0.0, 1.0))
+        set_("over_target", check_number("over_target", self.over_target, 0.0, 1.0))
         if self.pivot not in PIVOTS:
             raise ValueError(f"pivot must be one of {PIVOTS} (S tilts about its frame origin or its "
                              f"pouring lip), got {self.pivot!r}")
@@ -162,13 +164,19 @@ class PourConfig:
         return int(round(self.horizon / CONTROL_DT))
 
     def sample(self, rng: np.random.Generator) -> PourTask:
+        """The next task the env draws itself (a reset without ``options["task"]``): from the
+        split or the distribution, moved over T with probability ``over_target``."""
         if self.task_split is not None:
             split = pour_tasks(self.task_split)
-            return split[min(int(rng.random() * len(split)), len(split) - 1)]
-        return sample_task(rng, source_container=self.container,
-                           target_container=self.target_container, fill=self.fill,
-                           viscosity=self.viscosity, target_velocity=self.target_velocity,
-                           liquid_velocity=self.liquid_velocity)
+            task = split[min(int(rng.random() * len(split)), len(split) - 1)]
+        else:
+            task = sample_task(rng, source_container=self.container,
+                               target_container=self.target_container, fill=self.fill,
+                               viscosity=self.viscosity, target_velocity=self.target_velocity,
+                               liquid_velocity=self.liquid_velocity)
+        if self.over_target > 0.0 and rng.random() < self.over_target:
+            task = over_target(task)
+        return task
 
 
 def make_config(**kwargs) -> PourConfig:

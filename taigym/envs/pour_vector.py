@@ -20,12 +20,12 @@ from taigym.sim.constants import CONTROL_DT
 
 from .checks import check_action, reset_options
 from .pour import make_batch
-from .pour_config import action_space, as_task, make_config, observation_space
+from .pour_config import EPISODE_METRICS, action_space, as_task, make_config, observation_space
 
 
 class PourVectorEnv(VectorEnv):
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
-                "autoreset_mode": AutoresetMode.NEXT_STEP}
+                "autoreset_mode": AutoresetMode.NEXT_STEP, "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, num_envs: int = 1, max_episode_steps: int | None = None, **kwargs):
         if not (isinstance(num_envs, (int, np.integer)) and 1 <= num_envs <= 4096):
