@@ -1,18 +1,32 @@
 """Training of the Stable-Baselines3 agents (``ppo``, ``sac``): the trainable-agent contract for
 any SB3 algorithm.
 
+The training envs (:func:`make_training_venv`): with ``vec_env=auto`` (or ``batched``) an env
+that has a native vector version (a registered ``vector_entry_point``: Pour-v0, both
+fidelities) is stepped as one batch through :class:`~taigym.training.vec_env.BatchedVecEnv`;
+others through SB3's ``make_vec_env`` (``dummy`` or ``subproc``). ``make_env`` is called with
+the agent's ``policy_env_kwargs`` (the env arguments the policy is trained for: saved in the
+model file, applied wherever it is evaluated) and ``train_env_kwargs`` (the training envs' only:
+reward mode, curriculum) as keyword arguments, when there are any. ``normalize_obs`` /
+``normalize_reward`` put SB3's ``VecNormalize`` on top; the observation statistics are saved in
+the model file (:func:`taigym.agents.sb3.attach_obs_norm`), so that the agent acts alone.
+
 :func:`train_sb3` checkpoints every ``checkpoint_every`` env steps under ``run_dir/checkpoints``
-(model, its step count and, for off-policy algorithms, the replay buffer), each file written to
-a temporary name and renamed, and resumes from that checkpoint when called again on the same
-``run_dir`` (the hyperparameters, but the budget and logging options, must be the same).
-Metrics (SB3's ``rollout/``, ``train/``, ``time/`` keys plus the env's episode metrics) go to
-the taigym logger; with a :class:`~taigym.training.loggers.WandbLogger` the run also gets W&B's
-SB3 callback (``wandb.integration.sb3.WandbCallback``). :func:`train_ppo` and :func:`train_sac`
-are the trainers of ``ppo`` and ``sac``::
+(model, ``VecNormalize``'s statistics, its step count and, for off-policy algorithms, the
+replay buffer), each file written to a temporary name and renamed, and resumes from that
+checkpoint when called again on the same ``run_dir`` (the hyperparameters, but the budget and
+logging options, must be the same). Every ``eval_every`` env steps the deterministic policy
+runs once on each of the first ``eval_episodes`` tasks of the eval split
+(:func:`taigym.training.task_eval.evaluate_tasks`): ``eval/<metric>`` and a row of
+``run_dir/curve.csv``, the learning curve. Metrics (SB3's ``rollout/``, ``train/``, ``time/``
+keys plus the env's episode metrics) go to the taigym logger; with a
+:class:`~taigym.training.loggers.WandbLogger` the run also gets W&B's SB3 callback
+(``wandb.integration.sb3.WandbCallback``). :func:`train_ppo` and :func:`train_sac` are the
+trainers of ``ppo`` and ``sac``::
 
     from taigym.training.sb3 import train_ppo
-    agent = train_ppo(lambda: gym.make("taigym/Pour-v0", fidelity="simplified"),
-                      {"total_timesteps": 50_000}, run_dir, logger)
+    agent = train_ppo(lambda **kw: gym.make("taigym/Pour-v0", fidelity="simplified", **kw),
+                      {"total_timesteps": 50_000, "policy_env_kwargs": {"pivot": "lip"}}, run_dir, logger)
 """
 
 from __future__ import annotations
@@ -302,4 +316,4 @@ def train_sac(make_env: Callable, cfg: Mapping | None, run_dir: str | Path, logg
     return train_sb3(SACAgent, make_env, cfg, run_dir, logger, expert)
 
 
-__all__ = ["train_ppo", "train_sac", "train_sb3"]
+__all__ = ["make_training_venv", "train_ppo", "train_sac", "train_sb3"]
