@@ -25,6 +25,8 @@ import platform
 import time
 from pathlib import Path
 
+from taigym.apps.common import save_figure, write_atomic, write_csv
+
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("seed", "env_steps", "train_seconds", "load_1min", "simplified_success", "simplified_success_ci95",
           "simplified_in_target", "simplified_spilled", "particle_success", "particle_success_ci95",
@@ -51,16 +53,7 @@ def seed_row(run: Path, seed: int) -> tuple[dict, list[dict]]:
     return row, curve
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
-    os.replace(tmp, path)
-
-
 def plot(curves: dict[int, list[dict]], path: Path) -> None:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,9 +71,7 @@ def plot(curves: dict[int, list[dict]], path: Path) -> None:
     ax.set_title("PPO on the simplified Pour-v0 (train app recipe)")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    write_atomic(path, buf.getvalue())
+    save_figure(fig, path)
 
 
 def main() -> None:
@@ -94,10 +85,7 @@ def main() -> None:
         row, curve = seed_row(args.runs / f"seed{seed}", seed)
         rows.append(row)
         curves[seed] = curve
-    buf = [",".join(FIELDS)]
-    for r in rows:
-        buf.append(",".join(f'"{r[k]}"' if "," in str(r[k]) else str(r[k]) for k in FIELDS))
-    write_atomic(args.out / "results/rl_pour.csv", "\n".join(buf) + "\n")
+    write_csv(args.out / "results/rl_pour.csv", rows, FIELDS)
     meta = {"title": "PPO on Pour-v0: trained on the simplified env, evaluated on both fidelities",
             "command": "taskset -c 1 python -m taigym.apps.train agent=ppo env=pour_simplified seed=<k> logger=wandb; "
                        "python scripts/rl_pour_results.py",
