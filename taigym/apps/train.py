@@ -24,7 +24,8 @@ evaluates it on the eval split (``metrics.json``, ``eval/*`` metrics, a video of
 (``metrics_<name>.json``). Learned agents act in an env built with the env arguments they
 were trained for (an SB3 agent's ``env_kwargs``). ``result.json`` holds the summary (train
 seconds, headline metrics, the load average). Ends with one line of JSON. Config: ``taigym/conf/train.yaml``; agent
-hyperparameters in ``taigym/conf/agent/<name>.yaml``.
+hyperparameters in ``taigym/conf/agent/<name>.yaml``, tuned for an env in
+``taigym/conf/recipe/<agent>_<env>.yaml`` when that file exists (``ppo_pour_simplified.yaml``).
 """
 
 from __future__ import annotations
