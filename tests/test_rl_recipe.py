@@ -136,7 +136,8 @@ def test_batched_spec_only_for_envs_with_a_native_vector_version():
     spec = batched_spec(lambda: gym.make(ID, fidelity="simplified", pivot="lip"))
     assert spec == (ID, {"fidelity": "simplified", "pivot": "lip"})
     env_cfg = compose("train", ["env=pour_simplified"]).env
-    assert batched_spec(common.env_factory({**common.to_plain(env_cfg), "task": tasks("pour", "eval")[0].to_dict()})) is None
+    fixed = {**common.to_plain(env_cfg), "task": tasks("pour", "eval")[0].to_dict()}
+    assert batched_spec(common.env_factory(fixed)) is None          # FixedTask: not Gymnasium's wrapper
     assert batched_spec(lambda: gym.make("taigym/Transport-v0")) is None
 
 

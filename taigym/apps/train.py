@@ -23,8 +23,8 @@ evaluates it on the eval split (``metrics.json``, ``eval/*`` metrics, a video of
 ``pour``, the particle physics), the agent is evaluated on its eval tasks too
 (``metrics_<name>.json``). Learned agents act in an env built with the env arguments they
 were trained for (an SB3 agent's ``env_kwargs``). ``result.json`` holds the summary (train
-seconds, headline metrics, the load average). Ends with one line of JSON. Config: ``taigym/conf/train.yaml``; agent
-hyperparameters in ``taigym/conf/agent/<name>.yaml``, tuned for an env in
+seconds, headline metrics, the load average). Ends with one line of JSON. Config:
+``taigym/conf/train.yaml``; agent hyperparameters in ``taigym/conf/agent/<name>.yaml``, tuned for an env in
 ``taigym/conf/recipe/<agent>_<env>.yaml`` when that file exists (``ppo_pour_simplified.yaml``).
 """
 
@@ -107,15 +107,16 @@ def _evaluate(plain: Mapping, env_cfg: Mapping, agent, checkpoint: Path, run_dir
     env built with the env arguments the agent was trained for): ``run_dir/filename``."""
     from .evaluate import evaluate_cfg, headline
 
-    logged = plain.get("logger", {}).get("name") != "none" and filename == "metrics.json"
+    primary = filename == "metrics.json"         # the training env's: eval/* metrics and the video
+    logged = primary and plain.get("logger", {}).get("name") != "none"
     video = int(plain.get("video_episodes", 0) or 0) if logged else 0
     ev_cfg = {"env": env_cfg, "agent": plain["agent"], "planner": plain.get("planner"), "episodes": episodes,
               "split": plain.get("eval_split", "eval"), "seed": int(plain.get("seed", 0)),
               "checkpoint": str(checkpoint), "video_episodes": min(video, episodes), "progress": False}
-    out = evaluate_cfg(ev_cfg, run_dir, agent=agent, logger=logger if logged else NullLogger(), step=step,
+    out = evaluate_cfg(ev_cfg, run_dir, agent=agent, logger=logger if primary else NullLogger(), step=step,
                        filename=filename)
     head = headline(out)
-    if not logged:
+    if not primary:
         logger.log({f"eval_{env_cfg['name']}/{k}": v for k, v in head.items() if isinstance(v, (int, float))},
                    step=step)
     return head

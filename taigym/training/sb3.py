@@ -300,8 +300,6 @@ def train_sb3(agent_cls: type[SB3Agent], make_env: Callable, cfg: Mapping | None
                                              venv if normalize else None))
         model.learn(total_timesteps=remaining, reset_num_timesteps=False, log_interval=int(hp["log_interval"]),
                     callback=callbacks, progress_bar=bool(hp["progress_bar"]))
-    elif normalize and norm_path.exists():
-        attach_obs_norm(model, venv)
     venv.close()
     return agent_cls(make_eval(), checkpoint=model_path if model_path.exists() else None, model=model)
 
