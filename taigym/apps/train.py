@@ -90,7 +90,7 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
         if episodes > 0:
             result["eval"] = _evaluate(plain, env_cfg, agent, final, run_dir, logger, step, episodes)
             transfer = env_cfg.get("transfer_eval")
-            if transfer and plain.get("transfer_eval", True):
+            if transfer and plain.get("transfer_eval", False):     # train.yaml: true; sweeps: no
                 result["transfer_eval"] = _evaluate(plain, env_config(transfer), agent, final, run_dir, logger,
                                                     step, episodes, filename=f"metrics_{transfer}.json")
         result["load"] = [round(x, 2) for x in os.getloadavg()]
