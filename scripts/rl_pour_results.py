@@ -61,9 +61,10 @@ def plot(curves: dict[int, list[dict]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for seed, rows in curves.items():
-        steps = [0] + [int(r["steps"]) / 1e6 for r in rows]
-        success = [0.0] + [float(r["eval_success"]) for r in rows]   # an untrained policy does not pour
+        steps = [int(r["steps"]) / 1e6 for r in rows]
+        success = [float(r["eval_success"]) for r in rows]
         ax.plot(steps, success, marker="o", ms=3, label=f"seed {seed}")
+    ax.set_xlim(0, None)
     ax.set_xlabel("env steps (millions)")
     ax.set_ylabel("success on the 100 eval tasks")
     ax.set_ylim(-0.02, 1.02)
