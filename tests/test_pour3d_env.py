@@ -20,6 +20,7 @@ def env():
     e.close()
 
 
+@pytest.mark.integration
 def test_check_env_and_fixed_disjoint_splits(env):
     check_env(env.unwrapped)
     assert env.observation_space.shape == (OBS_SIZE,)
@@ -79,6 +80,7 @@ def test_every_eval_task_starts_reachable():
     arm.close()
 
 
+@pytest.mark.integration
 def test_held_still_the_liquid_stays_in_the_source_and_renders(env):
     obs, info = env.reset(seed=0, options={"task": seed000_scenes()["block"]})
     assert info["in_source"] == 1.0 and info["n_particles"] > 1000
@@ -92,6 +94,7 @@ def test_held_still_the_liquid_stays_in_the_source_and_renders(env):
     assert blue.sum() > 100
 
 
+@pytest.mark.integration
 def test_rolling_the_wrist_pours_and_the_counter_stops_the_source(env):
     """Rolling joint 7 tilts S about the hand's approach axis, across the pour plane: the bottle
     empties. Moved straight down (the Jacobian's pseudo-inverse), S stops on the counter: the
@@ -117,6 +120,7 @@ def test_rolling_the_wrist_pours_and_the_counter_stops_the_source(env):
     assert COUNTER_HEIGHT - 1e-3 < bottom < COUNTER_HEIGHT + 0.02
 
 
+@pytest.mark.integration
 def test_bad_input_is_named(env):
     with pytest.raises(ValueError, match="fill"):
         Pour3DTask(fill=1.2)
@@ -144,6 +148,7 @@ def test_bad_input_is_named(env):
             env.step(bad)
 
 
+@pytest.mark.integration
 def test_sqp_plans_a_collision_free_joint_trajectory_within_limits(env):
     """The expert's joint trajectory holds S where the 2D plan puts it (IK error < 1 mm), keeps
     the joint speeds within the Panda's, and neither the arm nor S meets the block, T or the
