@@ -163,9 +163,9 @@ def test_vector_env_matches_single_envs_resetting_to_seen_tasks():
 
 def test_vector_env_matches_single_envs_with_obstacles():
     """Moves near an obstacle (the reference's swept check) and packets blocked by one."""
-    from taigym.envs.pour_tasks import seed000_scenes
+    from taigym.envs.pour_tasks import pan_manocha_2016_scenes
 
-    scenes = seed000_scenes()
+    scenes = pan_manocha_2016_scenes()
     split = [scenes["block"], scenes["far"], scenes["block"], scenes["far"]]
     seen = run_vector_against_singles(4, 120, split, reward_mode="dense")
     assert seen["clipped"] > 0

@@ -400,7 +400,7 @@ def over_target(task: PourTask, aim: float = 0.25) -> PourTask:
     return dataclasses.replace(task, source_pose=(x, task.source_pose[1], task.source_pose[2]))
 
 
-def seed000_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
+def pan_manocha_2016_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
     """Pan & Manocha 2016's two benchmark scenes (its Fig. 1 and Table I) at kitchen scale, static T:
 
     * ``far``: T 40 cm from S across the table; S must carry the liquid there and pour.
