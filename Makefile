@@ -29,9 +29,6 @@ test: setup          ## the fast tier: unit tests, the import-linter contract (C
 test-integration: setup   ## training, Ray, the apps in subprocesses, whole episodes of the costly envs (CI)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m integration
 
-test-integration: setup  ## end-to-end checks of more than ~20 s each
-	$(BIN)/python -m pytest -q -m integration -n auto --dist loadfile
-
 test-slow: setup     ## long physics validation checks
 	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
 

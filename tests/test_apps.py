@@ -532,6 +532,23 @@ def test_benchmark_tables_per_env_and_skips_missing_checkpoints(tmp_path):
     assert not (tmp_path / "run2").exists()
 
 
+def test_a_suite_narrowed_to_some_agents_plans_their_cells_only():
+    """``suite=all 'agents=[expert,random]'`` runs those two: the suite's checkpoint paths of the
+    learned agents left out are not an error (they were: "checkpoints name agents not in
+    agents: bc, dagger, ppo, sac"), while an override of an agent not run still is."""
+    from taigym.apps.benchmark import plan_cells
+
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(compose("benchmark", ["suite=all", "agents=[expert,random]",
+                                                         "envs=[transport]"]), resolve=True)
+    cells, skipped = plan_cells(plain)
+    assert {c[0] for c in cells} == {"expert", "random"} and not skipped
+    plain["agent_overrides"] = {"sac": {"deterministic": True}}
+    with pytest.raises(ValueError, match="agent_overrides name agents not in agents: sac"):
+        plan_cells(plain)
+
+
 @pytest.mark.integration
 def test_suite_benchmark_smoke(tmp_path):
     """``benchmark suite=all`` on two cheap envs, one episode a cell: each env's own expert and

@@ -38,6 +38,7 @@ def test_same_seed_same_inputs_bit_identical():
     assert not np.array_equal(a.positions(), c.positions()), "the seed must matter"
 
 
+@pytest.mark.slow
 def test_batch_member_equals_the_scene_run_alone():
     seeds = [5, 6, 7]
     batch, cup = _scene(batch_size=3, seed=seeds)
@@ -239,7 +240,7 @@ def test_height_probe_is_the_highest_particle_over_each_column():
     assert np.all(world.heights_all()[0] == 0.0)       # off: y_lo of the cleared probe
 
 
-def test_target_score_is_seed_001_r_p_of_the_liquid_entering_the_target():
+def test_target_score_is_pan_manocha_2017_r_p_of_the_liquid_entering():
     """``target_scores`` against R_p recomputed here from the particles' paths: each particle
     entering T scores max(1 - dist / W, 0) where its path crossed T's opening line, and gives
     it back when it leaves; liquid outside both containers that did not move, or lies below T's

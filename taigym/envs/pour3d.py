@@ -105,8 +105,9 @@ from ..sim.constants import CONTROL_DT
 from ..sim.geometry import densify
 from .checks import bounded_float, check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, shape_features)
+from .pour_config import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION,
+                          SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED)
+from .pour_geometry import shape_features
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .pour_tasks import MAX_VISCOSITY
