@@ -19,7 +19,8 @@ its objectives:
   foot to or from a rung first backs off the ladder, from under a rung first drawing back level
   till its toe clears it) to its contact target while the others hold, pressing a centimetre
   past the surface until the limb touches it (and a sole lies flat on it), then close the grip
-  on a bar; the swinging limb's joints follow its path, not the posture reference; then
+  on a bar; the swinging limb's joints follow its path, not the posture reference (but an arm's
+  reaching for a wall and a leg's stepping across a drop); then
   ``load`` it: the new contact joins the support with a penalty on its forces that falls to 0
   over the phase, while the CoM moves to the next configuration's.
 * Deformable supports (the paper's linear-elastic extension, the ``soft`` family): the plan's
@@ -254,6 +255,7 @@ class StanceAgent(Agent):
         timed_out = self.t_phase >= PHASE_TIMEOUT + ph.get("t_path", 0.0)
         done = timed_out and ph["kind"] != "swing"     # a swing that has not landed is never loaded
         limb_task = None
+        free = None          # joints left out of the posture task (a swinging limb's, see the swing)
         if ph["kind"] == "release":
             for limb in ph["limbs"]:
                 if limb in hum.HANDS:
@@ -274,6 +276,13 @@ class StanceAgent(Agent):
                     # pitched; the shin caught the step's edge and soft eval task 2 fell backwards)
                     rise[:2] = x[:2] - np.array([FACE_CLEAR, 0.0])
                 press = ph["target"] - (0.0 if ph["grip"] else PRESS) * ph["normal"]
+                # the posture task keeps the joints of an arm reaching for a wall (left free, the
+                # hand never reached the gap family's wall: eval gaps 0-2 failed) and of a leg
+                # stepping across a drop (eval gaps 6 and 8 fell); elsewhere they follow the path.
+                # Decided where the swing began (a retry starts over the far edge)
+                mid = 0.5 * (x[0] + ph["target"][0])
+                drop = self._task.ground_height(mid) < min(x[2], ph["target"][2]) - STEP_FACE
+                ph.setdefault("free", ph["grip"] if ph["limb"] in hum.HANDS else not drop)
                 ph["path"] = ([rise] if ph["limb"] in hum.FEET else []) + [above, press]
                 if ph["limb"] in hum.FEET and ph["rung"] and self.model.ladder_planes:
                     # to a rung: back off the ladder first, up on the robot's side of it, then
@@ -302,6 +311,11 @@ class StanceAgent(Agent):
                 ph["path"].pop(0)
                 ph["t_way"] = 0.0
             limb_task = (ph["limb"], ph["ref"], v_ref, ph.get("rot"))
+            if ph["free"]:
+                # the limb follows its path, not the posture reference: that interpolates its
+                # joints straight to the landing pose, which drew a foot rising from the floor
+                # forward into the step's face (soft eval tasks 1, 2, 4, 7 fell in that swing)
+                free = _LIMB_JOINTS[ph["limb"]]
             touching = obs[55 + hum.LIMBS.index(ph["limb"])] > 0.5
             flat = True
             if ph.get("rot") is not None:
@@ -347,6 +361,8 @@ class StanceAgent(Agent):
                    quat=(Rotation.from_quat(ph["quat0"]) * Rotation.from_rotvec(s_ * (
                        Rotation.from_quat(ph["quat0"]).inv() * Rotation.from_quat(ph["quat"])).as_rotvec())).as_quat(),
                    support=ph["support"], soft={})
+        if free is not None:
+            ref["free"] = free
         # force ramps: a new contact is loaded over LOAD_TIME; the contact to break is unloaded
         # over LOAD_TIME once the CoM has arrived over the next support (its error below
         # SHIFT_TOL after the reference's end), then released
@@ -606,11 +622,8 @@ class StanceAgent(Agent):
         a_post = KP_POST * (ph["q"] - self._q(rob)) - _kd(KP_POST) * nu[6:]
         Jp = np.zeros((21, n))
         Jp[:, 6:] = np.eye(21)
-        if limb_task is not None:
-            # the swinging limb follows its path, not the posture reference: that interpolates
-            # its joints straight to the landing pose, which drew a foot rising from the floor
-            # forward into the step's face (soft eval tasks 1, 2, 4, 7 fell in that swing)
-            keep = np.setdiff1d(np.arange(21), _LIMB_JOINTS[limb_task[0]])
+        if "free" in ph:
+            keep = np.setdiff1d(np.arange(21), ph["free"])
             Jp, a_post = Jp[keep], a_post[keep]
         task(Jp, a_post, W_POSTURE)
         e_ori = (Rotation.from_quat(ph["quat"]) * Rotation.from_quat(quat).inv()).as_rotvec()
