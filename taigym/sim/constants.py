@@ -15,3 +15,8 @@ BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
                           # scheme's own numerical viscosity dominates)
+SURFACE_FRACTION_MIN = 0.05  # ghost-fluid free surface: nearest a surface may lie to a liquid cell's
+                             # centre, as a fraction of the way to its air neighbour's (caps the
+                             # ghost coefficient w / theta at 20 w)
+VISCOSITY_WALL_MIN = 0.01    # no-slip walls in the implicit viscosity: nearest a wall may lie to a face's
+                             # centre, as a fraction of the spacing to its neighbour

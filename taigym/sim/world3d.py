@@ -41,7 +41,6 @@ class World3D(BatchWorld):
     DIM = 3
     POSE_SIZE = 6
     MAX_CELLS = 512
-    VISCOUS_DT_LIMIT = 0.16   # explicit viscosity is stable for dt * nu / dx^2 <= 1/6 in 3D
     OPTIMIZE_IR = False       # 21 s to compile instead of 262 s, 8 % slower (backend.init)
     REGION = "auto"           # the solver's region: active tiles or box, whichever is smaller
     LIQUID_MEASURE = "volume"
