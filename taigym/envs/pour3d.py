@@ -68,7 +68,7 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or
 ``reset(options={"task": ...})``), ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
-[0.005, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
+[0.0035, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
@@ -184,8 +184,8 @@ class Pour3DEnv(gym.Env):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
             raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
-        if not (isinstance(dx, (int, float)) and 0.005 <= dx <= 0.012):
-            raise ValueError(f"dx must be in [0.005, 0.012] m, got {dx!r}")
+        if not (isinstance(dx, (int, float)) and 0.0035 <= dx <= 0.012):
+            raise ValueError(f"dx must be in [0.0035, 0.012] m, got {dx!r}")
         if fidelity != "particles":
             raise ValueError(f"fidelity must be 'particles' (Pour3D-v0 has no reduced model yet), "
                              f"got {fidelity!r}")

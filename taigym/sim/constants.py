@@ -7,6 +7,9 @@ Kept free of Taichi so that the reference and the facade import no Taichi."""
  D_TARGET_SCORE) = range(9)
 N_DIAG = 9
 
+GRAVITY = 9.81            # m/s^2, the worlds' default gravity's magnitude
+DENSITY = 1000.0          # kg/m^3, the worlds' default liquid density (water)
+
 MAX_PROBE_COLUMNS = 64    # columns of the liquid-height probe (World2D.set_height_probe)
 
 # Algorithm limits both solvers must agree on (dimensionless unless stated).

@@ -20,7 +20,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from .batch_world import BatchWorld, _finite_vector
-from .constants import N_DIAG
+from .constants import DENSITY, GRAVITY, N_DIAG
 from .geometry3d import KIND_BOX3, KIND_SQUARE, Box3, Container3
 
 Shape3 = Box3 | Container3
@@ -47,8 +47,8 @@ class World3D(BatchWorld):
     container_type = Container3
 
     def __init__(self, size: Sequence[float] = (0.2, 0.2, 0.2), cells: int = 24,
-                 viscosity: float = 1e-3, *, density: float = 1000.0,
-                 gravity: Sequence[float] = (0.0, -9.81, 0.0), arch: str = "cpu",
+                 viscosity: float = 1e-3, *, density: float = DENSITY,
+                 gravity: Sequence[float] = (0.0, -GRAVITY, 0.0), arch: str = "cpu",
                  seed: int | Sequence[int] = 0, batch_size: int = 1,
                  max_particles: int | None = None, cfl: float = 1.0, flip_ratio: float = 0.95,
                  dt_max: float = 0.01, density_correction: float = 0.5,
