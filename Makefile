@@ -4,8 +4,10 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 export TI_SKIP_VERSION_CHECK := ON
 export WANDB_MODE ?= offline
+# mkdocs-material prints a banner about its successor on every build
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup demo test test-slow bench validate clean
+.PHONY: setup demo test test-integration test-slow bench validate docs clean
 
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,8 +23,14 @@ demo: setup          ## the main job: benchmark table, plot and video under out/
 
 # One pytest worker per core, a test file per worker at a time (module fixtures built once):
 # most of a test's time is one core compiling or stepping a Taichi solver.
-test: setup          ## fast tests (CI)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+test: setup          ## the fast tier: unit tests, the import-linter contract (CI, first)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m "not slow and not integration"
+
+test-integration: setup   ## training, Ray, the apps in subprocesses, whole episodes of the costly envs (CI)
+	$(BIN)/python -m pytest -q -n auto --dist loadfile -m integration
+
+test-integration: setup  ## end-to-end checks of more than ~20 s each
+	$(BIN)/python -m pytest -q -m integration -n auto --dist loadfile
 
 test-slow: setup     ## long physics validation checks
 	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
@@ -33,5 +41,12 @@ bench: setup         ## speed figures (prints one JSON line at the end)
 validate: setup      ## validation plots against experiments
 	$(BIN)/python scripts/dam_break.py --out out/validation
 
+$(BIN)/mkdocs: $(BIN)/activate
+	$(BIN)/pip install -q -e ".[docs]"
+	touch $@
+
+docs: $(BIN)/mkdocs  ## the docs site into site/ (strict: a broken link or anchor fails)
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out site .pytest_cache

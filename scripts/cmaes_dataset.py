@@ -1,4 +1,4 @@
-"""Generate seed 001's CMA-ES dataset (TRANSFER+ZERO and TRANSFER+FOLLOW) resumably.
+"""Generate Pan & Manocha 2017's CMA-ES dataset (TRANSFER+ZERO and TRANSFER+FOLLOW) resumably.
 
     python scripts/cmaes_dataset.py                       # 40 problems into runs/datasets/cmaes_rect (minutes)
     python scripts/cmaes_dataset.py --labels simplified   # states and labels from the simplified env

@@ -63,7 +63,8 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import taigym  # noqa: E402
-from taigym.agents import bc, dagger, evaluate, make, summarise  # noqa: E402
+from taigym.agents import evaluate, make, summarise  # noqa: E402
+from taigym.training import bc, dagger  # noqa: E402
 
 
 # --test-tasks: extra_train_task(TEST_OFFSET + k); the learners draw the first few hundred (950
@@ -76,7 +77,7 @@ def make_env(fidelity: str = "simplified", obs_mode: str = "features"):
 
 
 class PrintLogger:
-    """Prints DAgger's per-round metrics (the protocol of taigym.apps.logging)."""
+    """Prints DAgger's per-round metrics (the protocol of taigym.training.loggers)."""
 
     def __init__(self, prefix: str, keys=None):
         self.prefix, self.keys = prefix, keys

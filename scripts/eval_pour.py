@@ -1,7 +1,7 @@
 """Agents on the Pour eval split: success rates and a metrics table.
 
     python scripts/eval_pour.py                      # all 100 eval tasks, scripted and random
-    python scripts/eval_pour.py --agents sqp         # the SQP expert (plans with seed 000's model)
+    python scripts/eval_pour.py --agents sqp         # the SQP expert (plans with Pan & Manocha 2016's model)
     python scripts/eval_pour.py --fidelity simplified --agents sqp scripted random
     python scripts/eval_pour.py --n 5 --video out/pour_scripted.mp4
 
@@ -51,7 +51,7 @@ def main(argv=None) -> dict:
         rows = agents.evaluate(env, agent, task_list, seed=args.seed, progress=args.progress,
                                video_frames=frames, video_episodes=args.video_episodes)
         wall = time.perf_counter() - t0
-        s = agents.summarise(rows)
+        s = agents.summarise(rows, agents.episode_metrics(env))
         summaries[name] = s
         steps = sum(r["steps"] for r in rows)
         figures.update({f"{name}_success": s["success_rate"], f"{name}_in_target": s["mean_in_target"],
@@ -68,7 +68,12 @@ def main(argv=None) -> dict:
             print(f"video: {args.video} ({len(frames)} frames)")
     env.close()
     print()
-    print(agents.metrics_table(summaries))
+    print("| agent | episodes | success [95 % CI] | in target | spilled | left in S | return |")
+    print("|" + "---|" * 7)
+    for name, s in summaries.items():
+        lo, hi = s["success_ci95"]
+        print(f"| {name} | {s['episodes']} | {s['success_rate']:.2f} [{lo:.2f}, {hi:.2f}] | {s['mean_in_target']:.3f} | "
+              f"{s['mean_spilled']:.3f} | {s['mean_in_source']:.3f} | {s['mean_return']:.3f} |")
     print()
     print(json.dumps(figures))
     return figures

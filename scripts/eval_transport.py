@@ -1,4 +1,4 @@
-"""SFRRT* (seed 002) against the conservative-jerk baseline (the same path, one fixed jerk) and
+"""SFRRT* (the SFRRT* paper, 2024) against the conservative-jerk baseline (the same path, one fixed jerk) and
 OMPL's InformedRRT* path timed as SFRRT*'s (if OMPL is installed) on Transport-v0 eval tasks,
 executed in the particle simulator.
 

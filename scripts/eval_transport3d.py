@@ -1,4 +1,4 @@
-"""SFRRT* (seed 002, 3D) with the slosh-model spill-free classifier and with the learned one,
+"""SFRRT* (the SFRRT* paper, 2024, 3D) with the slosh-model spill-free classifier and with the learned one,
 the same path at one conservative jerk, OMPL's InformedRRT* path timed as SFRRT*'s (if OMPL is
 installed), and the ``carry`` reference (resolved-rate control, no planner) on Transport3D-v0
 eval tasks, run in the particle simulator; and the env's speed: env steps per second (the

@@ -1,4 +1,4 @@
-"""Seed 002's maximum tilt (taigym.models.max_tilt) against the 2D simulator's quasi-static spill
+"""The SFRRT* paper's maximum tilt (taigym.models.max_tilt) against the 2D simulator's quasi-static spill
 angle, over fills 0.3-0.9 and three frustum shapes (flaring, straight, leaning in).
 
 Prints a table and ends with one JSON line: {"max_abs_error_deg": ..., "cases": ...}.

@@ -1,4 +1,4 @@
-"""Does seed 000's 2D outflow model predict the 3D outflow of an axisymmetric source?
+"""Does Pan & Manocha 2016's 2D outflow model predict the 3D outflow of an axisymmetric source?
 
 The ``sqp`` expert on Pour3D-v0 plans with the simplified model on S's cross-section: the 2D
 tables of :mod:`taigym.models.outflow_tables` and the coefficients identified from 2D FLIP

@@ -1,4 +1,4 @@
-"""Seed 001's online test: the ``rh`` agent on new pouring problems, in the particle env.
+"""Pan & Manocha 2017's online test: the ``rh`` agent on new pouring problems, in the particle env.
 
     python scripts/rh_eval.py [--checkpoint runs/train/rh/.../agent.pt] [--problems 30] [--shapes rect frustum]
                               [--only 8 19] [--seed 20260417 --start 160] [--set flow_gain=0]
@@ -11,7 +11,7 @@ the simplified env; ``--set key=value`` sets its options, CMAESConfig fields; no
 TRANSFER+FOLLOW), once per source shape in ``--shapes`` (``frustum``: the conic container, held
 out of training; the problems are otherwise identical), in Pour-v0 with ``--fidelity``
 (default ``particles``, the FLIP solver). Prints the spilled fraction per problem, the count
-under 5 % (seed 001: 28 of 30) and the per-step planning latency (median, p95; seed 001:
+under 5 % (Pan & Manocha 2017: 28 of 30) and the per-step planning latency (median, p95; Pan & Manocha 2017:
 < 10 ms) as wall time and as this process's CPU time (the wall time on a shared machine includes
 the time other processes hold the core), and ends with one JSON line. Without ``--checkpoint``
 the network shipped with taigym. ``--only`` runs the listed problems; ``--seed 20260417 --start

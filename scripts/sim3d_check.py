@@ -1,5 +1,5 @@
 """Checks of the 3D liquid backend (World3D) on small grids: the quasi-static tilt of a filled
-frustum just below and just above seed 002's 3D maximum tilt (taigym.models.max_tilt.max_tilt_3d),
+frustum just below and just above the SFRRT* paper's 3D maximum tilt (taigym.models.max_tilt.max_tilt_3d),
 and the wall time of a 0.05 s control step.
 
 The frustum is tilted about its inner bottom centre (about z, the left lip going down) at

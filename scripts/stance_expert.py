@@ -1,4 +1,4 @@
-"""Seed 003's expert (``taigym.agents.make("stance", env)``: stance planner + FSM + QP controller)
+"""Bouyarmane & Kheddar's expert (``taigym.agents.make("stance", env)``: stance planner + FSM + QP controller)
 on ``taigym/MultiContact-v0`` eval tasks: per-family success (goal reached without a fall) and
 planning time, and a video of the first successful climb.
 

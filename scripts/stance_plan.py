@@ -1,4 +1,4 @@
-"""Seed 003's stance planner on the MultiContact eval split: per-family planning success and
+"""Bouyarmane & Kheddar's stance planner on the MultiContact eval split: per-family planning success and
 time, every returned stance checked independently (``taigym.planners.stance.check_step``).
 
     python scripts/stance_plan.py [--per-family N] [--time-limit S]

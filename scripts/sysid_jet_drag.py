@@ -1,4 +1,4 @@
-"""Identify how the jet drag falls with the jet's thickness, from FLIP pours (seed 000 model).
+"""Identify how the jet drag falls with the jet's thickness, from FLIP pours (Pan & Manocha 2016 model).
 
 The jet drag lambda of ``scripts/sysid_pour.py`` (the relaxation rate of the jet's horizontal
 speed, ``taigym.models.simplified``) was fitted on pours tilted over 2-4 s, whose jets are thin.
@@ -38,7 +38,7 @@ from scipy.optimize import least_squares, minimize_scalar  # noqa: E402
 from taigym.envs.pour import make_config  # noqa: E402
 from taigym.envs.pour_tasks import sample_task  # noqa: E402
 from taigym.models import sysid  # noqa: E402
-from taigym.models.simplified import _default_path, fit_for, path_x  # noqa: E402
+from taigym.models.simplified import default_path, fit_for, path_x  # noqa: E402
 
 ENV = make_config()
 CELLS = int(round(sysid.WORLD_SIZE[0] / ENV.dx))
@@ -167,7 +167,7 @@ def main() -> None:
     print(f"held-out, all steps: RMS {total['rms_const_mm']:.1f} mm (constant lambda) -> "
           f"{total['rms_law_mm']:.1f} mm (law); mean {total['mean_const_mm']:+.1f} -> {total['mean_law_mm']:+.1f} mm")
     if args.write:
-        path = _default_path()
+        path = default_path()
         data = json.loads(path.read_text())
         for f in data["fits"]:
             f["drag_section"] = round(a_ref, 5)

@@ -1,4 +1,4 @@
-"""Identify seed 000's simplified liquid model from particle simulations (seed 000 Figs. 7-8).
+"""Identify Pan & Manocha 2016's simplified liquid model from particle simulations (Pan & Manocha 2016 Figs. 7-8).
 
 For each source container shape and viscosity: simulate ``--curves`` pours along random monotone
 tilt curves (containers and fills drawn from Pour-v0's task distribution), fit the outflow
@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from taigym.envs.pour import make_config  # noqa: E402
 from taigym.envs.pour_tasks import sample_task  # noqa: E402
 from taigym.models import sysid  # noqa: E402
-from taigym.models.simplified import TERMS, _default_path, load_fits  # noqa: E402
+from taigym.models.simplified import TERMS, default_path, load_fits  # noqa: E402
 
 CANDIDATE_TERMS = (
     ("bernoulli", "constant"),                                   # Bernoulli alone
@@ -80,7 +80,7 @@ def main() -> None:
                     help="grid cells across the 0.4 m world (default: the Pour env's cell size)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", type=Path, default=Path("out/sysid"))
-    ap.add_argument("--coefficients", type=Path, default=_default_path())
+    ap.add_argument("--coefficients", type=Path, default=default_path())
     args = ap.parse_args()
 
     # the thick jets' drag law (scripts/sysid_jet_drag.py) is kept: lambda is fitted as the thin jet's
@@ -136,7 +136,7 @@ def main() -> None:
     print(table)
     _atomic_write(args.out / "sysid.md", lambda f: f.write((table + "\n").encode()))
     _atomic_write(args.coefficients, lambda f: f.write(json.dumps(
-        {"about": "seed 000 outflow regression, fitted by scripts/sysid_pour.py",
+        {"about": "Pan & Manocha 2016 outflow regression, fitted by scripts/sysid_pour.py",
          "cells_per_metre": args.cells / sysid.WORLD_SIZE[0], "pours": args.curves,
          "fits": fits}, indent=1).encode()))
     _plot(data, best, args.out / "sysid.png")

@@ -1,6 +1,6 @@
-"""Seed 000's Table I for the ``sqp`` expert: plan with the simplified model, validate in FLIP.
+"""Pan & Manocha 2016's Table I for the ``sqp`` expert: plan with the simplified model, validate in FLIP.
 
-For each of seed 000's two scenes (``taigym.envs.pour_tasks.seed000_scenes``: T far from S; a
+For each of Pan & Manocha 2016's two scenes (``taigym.envs.pour_tasks.seed000_scenes``: T far from S; a
 tall block between them) and each viscosity, the ``sqp`` expert plans S's trajectory and runs it
 in the particle env (Pour-v0, FLIP). Columns as in the paper: scene, viscosity, planning time,
 validation (simulation) time, quality = fraction of the liquid in T at the end; plus spilled
@@ -49,7 +49,7 @@ def main() -> None:
             t0 = time.perf_counter()
             row = agents.run_episode(env, agent, seed=0, task=task, frames=frames)
             wall = time.perf_counter() - t0
-            plan_s = agent.planning_seconds
+            plan_s = agent.plan_seconds
             rows.append(row)
             print(f"| {name} | {mu:g} | {plan_s:.1f} | {wall - plan_s:.1f} | {row['in_target']:.1%} | "
                   f"{row['spilled']:.1%} | {agent.plan.predicted['in_target']:.1%} |", flush=True)

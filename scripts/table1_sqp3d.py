@@ -1,6 +1,6 @@
-"""Seed 000's Table I in 3D: the ``sqp`` expert on Pour3D-v0, validated in the 3D FLIP solver.
+"""Pan & Manocha 2016's Table I in 3D: the ``sqp`` expert on Pour3D-v0, validated in the 3D FLIP solver.
 
-For each of seed 000's two scenes in 3D (``taigym.envs.pour3d_tasks.seed000_scenes``: T far from
+For each of Pan & Manocha 2016's two scenes in 3D (``taigym.envs.pour3d_tasks.seed000_scenes``: T far from
 S; a tall block between them) and each viscosity, the ``sqp`` expert plans (2D SQP on S's
 cross-section in the pour plane, then inverse kinematics to the Panda's joints) and the plan
 runs in Pour3D-v0 (``sim.World3D``). Columns as in the paper: scene, viscosity, planning time
@@ -108,7 +108,7 @@ def main() -> None:
         dt = env.unwrapped.dt
         t50 = [t_half(s, dt) for s in (s3, sm, s2)]
         rms = [float(np.sqrt(np.mean((s - s3) ** 2))) for s in (sm, s2)]
-        plan_s = agent.plan_time
+        plan_s = agent.plan_seconds
         rows.append(row)
         print(f"| {name} | {mu:g} | {plan_s:.1f} | {wall - plan_s:.1f} | {row['in_target']:.1%} | "
               f"{row['spilled']:.1%} | {agent.plan2d.predicted['in_target']:.1%} | "
@@ -137,7 +137,7 @@ def main() -> None:
             results.append(row)
             print(f"eval task {k}: {task.source_container} -> {task.target_container}, "
                   f"viscosity {task.viscosity:.3g}: in T {row['in_target']:.1%}, spilled "
-                  f"{row['spilled']:.1%}, planning {agent.plan_time:.1f} s", flush=True)
+                  f"{row['spilled']:.1%}, planning {agent.plan_seconds:.1f} s", flush=True)
         success = sum(r["success"] for r in results)
         print(f"eval tasks: success {success}/{len(results)}, mean in T "
               f"{np.mean([r['in_target'] for r in results]):.1%}")

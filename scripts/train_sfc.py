@@ -1,4 +1,4 @@
-"""Seed 002's spill-free classifier (SFC): dataset from the particle simulator, training, and
+"""The SFRRT* paper's spill-free classifier (SFC): dataset from the particle simulator, training, and
 held-out precision / recall, for Transport-v0 (``--kind planar``) or Transport3D-v0 (``--kind 3d``).
 
   generate: for each of the first N tasks of the env's train split, plan the path (SFRRT*'s

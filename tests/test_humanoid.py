@@ -95,7 +95,7 @@ def test_mass_matrix_predicts_the_simulated_acceleration(robot):
     q = hum.stand_posture()
     robot.set_state((0, 0, 2), (0, 0, 0, 1), q)
     k = hum.JOINTS.index("left_shoulder1")
-    M = np.array(p.calculateMassMatrix(robot.body, list(q), physicsClientId=c))
+    M = robot.mass_matrix(q)
     tau = np.zeros(27)
     tau[6 + k] = 2.0
     pred = np.linalg.solve(M, tau)[6 + k]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import json
 
 import gymnasium as gym
 import numpy as np
@@ -12,10 +11,11 @@ import pytest
 import torch
 
 import taigym
-from taigym.agents import bc, dagger, evaluate, make, summarise
+from taigym.agents import Agent, evaluate, make, planning, summarise
+from taigym.agents.bc import BCAgent
 from taigym.agents.policy import PolicyAgent
 from taigym.data import collect as collect_mod
-from taigym.data import read_minari
+from taigym.training import bc, dagger
 
 SMALL = dict(hidden=[64, 64], progress=False, eval_episodes=0)
 
@@ -56,6 +56,7 @@ def bc_agent(tmp_path_factory):
     return agent, run, log
 
 
+@pytest.mark.integration
 def test_bc_beats_random(bc_agent, eval_tasks):
     agent, run, log = bc_agent
     assert agent.meta["demo_kept"] + agent.meta["demo_filtered"] == 60
@@ -69,6 +70,7 @@ def test_bc_beats_random(bc_agent, eval_tasks):
     assert s_bc["mean_in_target"] > 0.3
 
 
+@pytest.mark.integration
 def test_policy_save_load_roundtrip(bc_agent, tmp_path):
     agent, run, _ = bc_agent
     env = make_env()
@@ -85,15 +87,15 @@ def test_policy_save_load_roundtrip(bc_agent, tmp_path):
         a.reset(seed=3)                  # the policy keeps the episode's first observation (S's start)
         return np.stack([a.act(x, {}) for x in obs])
 
-    for loaded in (bc.BCAgent.load(path, env), make("bc", env, checkpoint=path),
-                   bc.BCAgent.load(run / "agent.pt", env)):
-        assert isinstance(loaded, bc.BCAgent)
+    for loaded in (BCAgent.load(path, env), make("bc", env, checkpoint=path),
+                   BCAgent.load(run / "agent.pt", env)):
+        assert isinstance(loaded, BCAgent)
         np.testing.assert_array_equal(actions(loaded), actions(agent))
     # the NumPy forward pass used by act() is the torch module's
     np.testing.assert_allclose(agent.act_batch(np.stack(obs), start=obs[0]), actions(agent), atol=1e-5)
     # the policy refuses an env whose observation does not match
     with pytest.raises(ValueError, match="observation"):
-        bc.BCAgent.load(path, gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"))
+        BCAgent.load(path, gym.make("taigym/Pour-v0", fidelity="simplified", obs_mode="lip"))
 
 
 def test_unknown_options_raise(tmp_path):
@@ -131,6 +133,7 @@ def test_bc_resumes_from_checkpoint(tmp_path):
         assert torch.equal(a, b)
 
 
+@pytest.mark.integration
 def test_dagger_improves_over_round_zero(tmp_path):
     log = ListLogger()
     # 12 demonstrations: a weak round 0 (in T 0.30; with 20 and S's start velocity as an input
@@ -172,18 +175,22 @@ def test_dagger_resumes_per_round(tmp_path):
         assert torch.equal(a, b)
 
 
-class StubPlanner:
-    """A stand-in for a planning expert: counts replans, labels with the replanned state."""
+class StubPlanner(Agent):
+    """An expert that records its replans (its planning is timed and counted by the base class)."""
 
     name = "stub"
+    replans_from_info = True
 
     def __init__(self, every: int = 1):
-        self.replans, self.cfg, self.every = [], {}, every
+        super().__init__(None)
+        self.replans, self.every = [], every
         self.plan = None
 
     def reset(self, *, seed=None):
+        super().reset(seed=seed)
         self.plan = None
 
+    @planning
     def replan(self, info):
         self.replans.append(float(info["time"]))
         self.plan = object()
@@ -226,9 +233,14 @@ def test_outflow_relabel_replans_once_when_liquid_first_leaves_the_source(tmp_pa
     class FirstPlanThenReplan(StubPlanner):
         def act(self, obs, info):
             if self.plan is None:                         # the episode's first plan, as sqp's act makes it
-                self.plan = object()
+                self.first_plan()
             return np.array([0.0, 0.0, -1.0], np.float32)
 
+        @planning
+        def first_plan(self):
+            self.plan = object()
+
+        @planning
         def replan(self, info):
             self.replans.append(float(info["in_source"]))
             self.plan = object()
@@ -249,11 +261,12 @@ def test_outflow_relabel_replans_once_when_liquid_first_leaves_the_source(tmp_pa
     assert not (tmp_path / "demos").exists()                       # refused before collecting anything
 
 
+@pytest.mark.integration
 def test_model_selection_on_the_val_split(tmp_path):
     """select_episodes ranks candidate policies on the val split (disjoint from the tasks learned
     from and from the eval split): BC returns the best of its lowest-loss weights and its last
     checkpoints' (select_candidates), DAgger its best round, both by success then in_target."""
-    from taigym.agents.bc import rollout_metrics, selection_tasks
+    from taigym.training.common import rollout_metrics, selection_tasks
     from taigym.envs.pour_tasks import extra_train_task, fingerprint
 
     env = make_env()
@@ -282,54 +295,7 @@ def test_model_selection_on_the_val_split(tmp_path):
     assert dag.meta["selected_round"] == max(ranks)[2]
 
 
-def test_demos_cli_writes_minari_and_resumes(tmp_path, monkeypatch, capsys):
-    import minari
-
-    from taigym.apps import demos
-
-    monkeypatch.delenv("MINARI_DATASETS_PATH", raising=False)
-    # train tasks 16-21: the scripted expert fails task 19 in the simplified env
-    args = ["env=pour", "agent=scripted", "episodes=6", "start=16", f"out={tmp_path}", "progress=false",
-            "dataset_id=test/pour/scripted-v0"]
-    real = collect_mod.rollout
-    calls = []
-
-    def interrupted(*a, **k):
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        calls.append(k["task_index"])
-        return real(*a, **k)
-
-    monkeypatch.setattr(collect_mod, "rollout", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        demos.main(args)
-    assert not (tmp_path / "test/pour/scripted-v0").exists()          # nothing half-written
-    calls.clear()
-    monkeypatch.setattr(collect_mod, "rollout", lambda *a, **k: calls.append(k["task_index"]) or real(*a, **k))
-    assert demos.main(args) == 0
-    assert calls == [19, 20, 21]                                    # only the missing episodes ran
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["episodes"] == 6 and summary["kept"] + summary["filtered"] == 6
-    assert 0 < summary["kept"] < 6                                  # (the scripted expert fails some)
-
-    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
-    ds = minari.load_dataset("test/pour/scripted-v0")
-    assert ds.total_episodes == summary["kept"] and ds.total_steps == summary["steps"]
-    for e in ds.iterate_episodes():
-        assert e.infos["success"][-1] == 1.0
-        assert e.observations.shape[0] == e.actions.shape[0] + 1
-    # rerunning the finished command does nothing
-    calls.clear()
-    demos.main(args)
-    assert calls == [] and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rebuilt"] is False
-    # bc trains from it (by id, under MINARI_DATASETS_PATH)
-    eps = read_minari("test/pour/scripted-v0")
-    agent = bc.train(make_env, dict(SMALL, dataset="test/pour/scripted-v0", max_epochs=3), tmp_path / "bc",
-                     ListLogger())
-    assert agent.meta["labels"] == sum(len(e) for e in eps) == summary["steps"]
-    assert isinstance(agent, PolicyAgent)
-
-
+@pytest.mark.integration
 def test_collect_with_two_workers_matches_serial(tmp_path):
     from taigym.data.collect import collect, make_job
 
@@ -346,6 +312,7 @@ def test_collect_with_two_workers_matches_serial(tmp_path):
     assert len(list(tmp_path.glob("*.npz"))) == 2
 
 
+@pytest.mark.integration
 def test_collect_on_a_local_ray_cluster(tmp_path):
     pytest.importorskip("ray")
     from taigym.data.collect import collect, make_job
@@ -535,7 +502,7 @@ def test_ensemble_acts_with_the_mean_of_its_members(tmp_path):
 def test_learning_tasks_continue_past_the_train_split():
     """Demonstrations and DAgger rollouts take the train split's tasks but the validation ones,
     then further tasks of the same distribution, new to both splits and the same on every call."""
-    from taigym.agents.bc import learning_task
+    from taigym.training.common import learning_task
     from taigym.envs.pour_tasks import fingerprint
 
     env = make_env()
@@ -551,7 +518,7 @@ def test_learning_tasks_continue_past_the_train_split():
 
 
 def test_dagger_validation_episodes_stay_put_as_data_grows():
-    from taigym.agents.policy import stable_split_by_group
+    from taigym.training.fit import stable_split_by_group
 
     def val_episodes(n_episodes):
         groups = np.repeat(np.arange(n_episodes), 7)             # 7 states an episode
@@ -569,7 +536,8 @@ def test_fit_moving_average_damps_weight_noise_and_resumes():
     """``ema_epochs``: the fit validates and returns a moving average of its weights, which carries
     less of the minibatch noise than the last weights (noisy labels, a large step), and a fit
     resumed from its state ends with the same average as an uninterrupted one."""
-    from taigym.agents.policy import TRAIN_DEFAULTS, Fit, MLPPolicy, check_cfg
+    from taigym.agents.policy import MLPPolicy
+    from taigym.training.fit import TRAIN_DEFAULTS, Fit, check_cfg
 
     rng = np.random.default_rng(0)
     w = rng.normal(size=(6, 2))

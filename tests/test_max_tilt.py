@@ -1,4 +1,4 @@
-"""Seed 002's maximum tilt (taigym.models.max_tilt) against the polygon geometry and the simulator."""
+"""The SFRRT* paper's maximum tilt (taigym.models.max_tilt) against the polygon geometry and the simulator."""
 
 import math
 

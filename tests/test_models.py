@@ -1,4 +1,4 @@
-"""Seed 000's lookup tables and simplified liquid model (taigym.models)."""
+"""Pan & Manocha 2016's lookup tables and simplified liquid model (taigym.models)."""
 
 from __future__ import annotations
 

@@ -34,6 +34,38 @@ def test_check_env_and_fixed_disjoint_splits(env):
     assert dataclasses.replace(t, viscosity=0.1).viscosity == 0.1
 
 
+def test_container_fill_and_viscosity_fix_those_fields_of_sampled_tasks():
+    """As Pour-v0's arguments of the same names: each fixes its field of every sampled task and
+    leaves the others as drawn; bad values and a split with them are refused, named."""
+    from taigym.envs.pour3d_tasks import sample_task
+
+    fixed = dict(source_container="cup", fill=0.45, viscosity=0.02)
+    for seed in range(20):
+        free, t = sample_task(np.random.default_rng(seed)), sample_task(np.random.default_rng(seed), **fixed)
+        assert (t.source_container, t.fill, t.viscosity) == ("cup", 0.45, 0.02)
+        assert t.target_position == free.target_position and t.source_height == free.source_height
+        assert t.target_shape().interior_volume >= 1.5 * t.source_shape().liquid_volume(0.45) - 1e-9 \
+            or t.target_height == pytest.approx(0.12)          # T deepened to hold S's liquid
+    gym.make("taigym/Pour3D-v0", container="oval", fill=1.0, viscosity=0.0).close()
+    for kw, name in ((dict(container="rect"), "container"), (dict(fill=0.0), "fill"),
+                     (dict(fill=float("nan")), "fill"), (dict(viscosity=0.6), "viscosity"),
+                     (dict(task_split="eval", fill=0.5), "task_split")):
+        with pytest.raises(ValueError, match=name):
+            gym.make("taigym/Pour3D-v0", **kw)
+
+
+@pytest.mark.integration
+def test_a_reset_samples_a_task_with_the_fixed_fields():
+    env = gym.make("taigym/Pour3D-v0", container="frustum", fill=0.4, viscosity=0.05)
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            t = env.unwrapped.task
+            assert (t.source_container, t.fill, t.viscosity) == ("frustum", 0.4, 0.05)
+    finally:
+        env.close()
+
+
 def test_every_eval_task_starts_reachable():
     """The arm holds S upright at its start in every eval task, clear of the counter."""
     from taigym.envs.panda import PandaArm
@@ -107,8 +139,9 @@ def test_bad_input_is_named(env):
     with pytest.raises(ValueError, match="reset option"):
         env.reset(seed=0, options={"tsak": None})
     env.reset(seed=0, options={"task": seed000_scenes()["far"]})
-    with pytest.raises(ValueError, match="action"):
-        env.step(np.zeros(3))
+    for bad in (np.zeros(3), np.full(7, np.nan)):
+        with pytest.raises(ValueError, match=r"action must be 7 finite numbers of shape \(7,\) in \[-1, 1\]"):
+            env.step(bad)
 
 
 def test_sqp_plans_a_collision_free_joint_trajectory_within_limits(env):

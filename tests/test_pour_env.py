@@ -12,8 +12,9 @@ from gymnasium.utils.env_checker import check_env
 
 import taigym.agents
 from taigym.envs import tasks
+from taigym.sim.geometry import densify
 from taigym.envs.pour import (ACTION_SCALE, N_STATE, OBSTACLE_HANDLES, PARKED_POSE, SETTLE_SPEED,
-                               PourEnv, _densify, to_world)
+                               PourEnv, to_world)
 from taigym.envs.pour_tasks import DOMAIN, MAX_OBSTACLES, PourTask, fingerprint, reflect, sample_task
 from taigym.envs.render import OBSTACLE_COLOUR, render_scene
 from taigym.sim import Box
@@ -333,7 +334,7 @@ def test_vector_env_matches_single_envs():
 
 
 # ---------------------------------------------------------------------- obstacles
-BLOCK = (0.36, 0.15, 0.04, 0.30)  # seed 000's tall block: 4 cm wide, 30 cm tall, on the floor
+BLOCK = (0.36, 0.15, 0.04, 0.30)  # Pan & Manocha 2016's tall block: 4 cm wide, 30 cm tall, on the floor
 
 
 def block_task(block=BLOCK, **kw):
@@ -387,7 +388,7 @@ def test_moves_into_an_obstacle_are_clipped(env, width):
     env.reset(seed=0, options={"task": block_task(block)})
     u = env.unwrapped
     S, box = u.source_shape, Box(width, 0.30)
-    wall = _densify(np.asarray(S.walls), 5e-4)  # S's wall centreline every 0.5 mm
+    wall = densify(S.walls, 5e-4)  # S's wall centreline every 0.5 mm
     clipped, poses = [], []
     for k in range(12):  # at full speed towards the block, bobbing and rocking
         a = np.array([1.0, 0.3 * (-1) ** k, -1.0 if k % 4 < 2 else 1.0], np.float32)
@@ -485,7 +486,7 @@ def test_vector_env_with_obstacles_matches_single_envs_and_clears_unused_slots()
 def test_agents_make_and_act(env):
     with pytest.raises(ValueError, match="available"):
         taigym.agents.make("oracle", env)
-    with pytest.raises(ValueError, match="Transport"):
+    with pytest.raises(ValueError, match="acts in transport, transport3d envs, not pour"):
         taigym.agents.make("sfrrt", env)  # plans transport, not pouring
     with pytest.raises(ValueError, match="accepted"):
         taigym.agents.make("scripted", env, speed=3)

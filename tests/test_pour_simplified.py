@@ -1,4 +1,4 @@
-"""taigym/Pour-v0 with fidelity="simplified" (seed 000's reduced liquid)."""
+"""taigym/Pour-v0 with fidelity="simplified" (Pan & Manocha 2016's reduced liquid)."""
 
 from __future__ import annotations
 

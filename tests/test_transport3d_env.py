@@ -113,8 +113,9 @@ def test_bad_input_is_named(env, eval_tasks):
     with pytest.raises(ValueError, match="reach"):
         env.reset(seed=0, options={"task": far})
     env.reset(seed=0, options={"task": eval_tasks[0]})
-    with pytest.raises(ValueError, match="action"):
-        env.step(np.zeros(3))
+    for bad in (np.zeros(3), np.full(7, np.nan)):
+        with pytest.raises(ValueError, match=r"action must be 7 finite numbers of shape \(7,\) in \[-1, 1\]"):
+            env.step(bad)
 
 
 @pytest.mark.parametrize("layout", ["box", "shelf", "gap"])
@@ -152,3 +153,17 @@ def test_the_controller_moves_the_arm_through_the_configurations_the_planner_che
     np.testing.assert_allclose(again, q, atol=2e-3)
     assert R[2, 1] > 1 - 1e-6                                          # its axis vertical
     arm.close()
+
+
+def test_the_tasks_module_does_not_import_the_env():
+    """transport3d_tasks (tasks, the arm's feasibility checks) sits below transport3d (the env):
+    no import back, not even inside a function (DESIGN.md §1: no import cycles)."""
+    import ast
+    import inspect
+
+    import taigym.envs.transport3d_tasks as tasks_module
+
+    tree = ast.parse(inspect.getsource(tasks_module))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not imported & {"transport3d", "taigym.envs.transport3d"}

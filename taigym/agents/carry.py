@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Agent
+from taigym.sim.constants import CONTROL_DT
+
+from .base import Agent, planning
 
 DEFAULTS = dict(max_speed=0.25, max_accel=0.6, gain=2.0, upright_gain=3.0, clearance=0.06,
                 damping=0.02, waypoint_radius=0.02)
@@ -26,10 +28,15 @@ DEFAULTS = dict(max_speed=0.25, max_accel=0.6, gain=2.0, upright_gain=3.0, clear
 
 class CarryAgent(Agent):
     name = "carry"
+    families = ("transport3d",)
 
     def __init__(self, env, **cfg):
+        unknown = set(cfg) - set(DEFAULTS)
+        if unknown:
+            raise ValueError(f"unknown carry-agent option(s): {', '.join(sorted(unknown))}; accepted: "
+                             f"{', '.join(DEFAULTS)}")
         super().__init__(env, **{**DEFAULTS, **cfg})
-        from taigym.envs.transport3d import CONTROL_DT, MAX_JOINT_SPEED, PandaCarrier
+        from taigym.envs.transport3d import MAX_JOINT_SPEED, PandaCarrier
 
         self.arm = PandaCarrier()                  # its own kinematic model of the robot
         self.dt, self.qd_max = CONTROL_DT, MAX_JOINT_SPEED
@@ -39,6 +46,7 @@ class CarryAgent(Agent):
         super().reset(seed=seed)
         self._task, self.waypoints, self.v_cmd = None, [], np.zeros(3)
 
+    @planning
     def _plan(self, task, position: np.ndarray) -> None:
         goal = np.asarray(task.goal, dtype=np.float64)
         self.waypoints = [goal]

@@ -1,9 +1,9 @@
-"""``cmaes``: seed 001's CMA-ES pour search as an expert agent for ``taigym/Pour-v0``.
+"""``cmaes``: Pan & Manocha 2017's CMA-ES pour search as an expert agent for ``taigym/Pour-v0``.
 
 At the first ``act`` of an episode it searches S's trajectory for ``env.unwrapped.task`` with
 :func:`taigym.planners.cmaes.search` (6 spline control points in the monotone coordinates
-(alpha, beta, gamma), seed 001's reward R_p), every candidate rolled out in a private
-``fidelity="simplified"`` Pour-v0 (seed 000's reduced model, thousands of steps/s), then tracks
+(alpha, beta, gamma), Pan & Manocha 2017's reward R_p), every candidate rolled out in a private
+``fidelity="simplified"`` Pour-v0 (Pan & Manocha 2016's reduced model, thousands of steps/s), then tracks
 the best trajectory: each action is the displacement from S's current pose (``info``) to the
 plan's next pose, in action units, clipped to [-1, 1].
 
@@ -11,7 +11,8 @@ plan's next pose, in action units, clipped to [-1, 1].
 (``taigym.data.cmaes_dataset``): it runs a trajectory in an env, returns R / N from the env's
 metrics (``reward_target`` summed over the episode: sum of R_p over the liquid entering T,
 divided by the amount of liquid; every fraction not in T at the end counts -100, see
-:func:`not_in_target`) and can record each visited state's observation with the labels of seed 001's network (``LABELS``).
+:func:`not_in_target`) and can record each visited state's observation with the labels of
+Pan & Manocha 2017's network (``LABELS``).
 
 Options: any field of :class:`taigym.planners.cmaes.CMAESConfig` (``popsize``,
 ``max_iterations``, ``lean``, ``spline_time``, ``seed``, ...).
@@ -25,8 +26,9 @@ import math
 import numpy as np
 
 from taigym.planners.cmaes import SPILL_REWARD, CMAESConfig, CMAESResult, Reference, search
+from taigym.sim.constants import CONTROL_DT
 
-from .base import Agent
+from .base import Agent, planning
 
 EMPTY_ALLOWANCE = 0.025     #: fraction left in S and in flight that still counts as poured out
 #: per-state labels recorded by :func:`rollout` (S frame: rotated into S's axes, from its origin)
@@ -36,7 +38,7 @@ LABELS = ("p_x", "p_y", "v_x", "v_y", "rho", "alpha", "beta", "gamma")
 def env_constants(env) -> tuple[float, float, np.ndarray]:
     """(control step s, wall thickness m, action scale) of a Pour-v0 env."""
     u = env.unwrapped
-    dt = float(getattr(u, "dt", 0.05))
+    dt = float(getattr(u, "dt", CONTROL_DT))
     wall = float(getattr(getattr(u, "cfg", None), "wall_thickness", 0.01))
     scale = np.asarray(getattr(u, "action_scale", (0.025, 0.025, 0.1)), np.float64)
     return dt, wall, scale
@@ -84,7 +86,7 @@ def dribble_reward(env, task, info: dict, fraction: float, half_width: float, t_
                    free_jet: bool = False) -> float:
     """R_p of the slowest liquid of the last step's outflow, times the fraction that left: it
     leaves the lip with S's rigid velocity only (the jet's own speed spreads it from there to
-    the full jet, seed 000's fan), and lands where that parabola comes down through T's rim.
+    the full jet, Pan & Manocha 2016's fan), and lands where that parabola comes down through T's rim.
     With ``free_jet``, of the fan's fast end instead: the full jet without drag (a surge of a
     fast tilt is thick and keeps its speed; the drag was identified on thin jets)."""
     from taigym.models.simplified import landing
@@ -115,7 +117,7 @@ def rollout(env, task, poses: np.ndarray, *, record: bool = False, prior_steps: 
 
     The mean-trajectory prior's labels (alpha, beta, gamma) at step k are the ratios of S's
     gaps to the references (:class:`~taigym.planners.cmaes.Reference`) ``prior_steps`` steps
-    later (held at the episode's end) to those at k: seed 001's network predicts them through a
+    later (held at the episode's end) to those at k: Pan & Manocha 2017's network predicts them through a
     sigmoid."""
     u = env.unwrapped
     dt, wall, scale = env_constants(env)
@@ -183,6 +185,7 @@ def plan_task(task, planning_env, cfg: CMAESConfig) -> CMAESResult:
 
 class CMAESAgent(Agent):
     name = "cmaes"
+    families = ("pour",)
 
     def __init__(self, env, **cfg):
         fields = {f.name for f in dataclasses.fields(CMAESConfig)}
@@ -207,13 +210,19 @@ class CMAESAgent(Agent):
         return CMAESConfig(**{"dt": dt, "horizon": horizon,
                               "spline_time": min(3.5, horizon), **self.cfg})
 
+    @planning
+    def make_plan(self, task) -> CMAESResult:
+        """The CMA-ES search for ``task`` in the simplified twin of the env."""
+        if self._planning_env is None:
+            self._planning_env = simplified_twin(self.env)
+        self.result = plan_task(task, self._planning_env, self._config())
+        self._task, self._step = task, 0
+        return self.result
+
     def act(self, obs, info: dict) -> np.ndarray:
         task = self.env.unwrapped.task
         if self.result is None or task is not self._task:
-            if self._planning_env is None:
-                self._planning_env = simplified_twin(self.env)
-            self.result = plan_task(task, self._planning_env, self._config())
-            self._task, self._step = task, 0
+            self.make_plan(task)
         _, _, scale = env_constants(self.env)
         poses = self.result.poses
         self._step += 1

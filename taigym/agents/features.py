@@ -56,6 +56,8 @@ import math
 
 import numpy as np
 
+from taigym.sim.constants import GRAVITY
+
 KINDS = ("none", "target_path", "auto")
 RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
 ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
@@ -63,7 +65,6 @@ ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fract
 # 10-11 T's opening centre minus S's (m), 14 time / horizon, 19 S's opening width (m), 28 T's (m)
 TIME = 14
 S_WIDTH, T_WIDTH = 19, 28
-GRAVITY = 9.81                           # m/s^2
 LANDING_CLIP = 10.0                      # |landing offset| in T half-widths: far misses all look alike
 START_DIM = 3                            # S's pose x, y, theta at the episode's start (obs 0-2)
 START_VELOCITY = slice(3, 6)             # S's velocity vx, vy, omega at the episode's start (obs 3-5)
@@ -78,17 +79,17 @@ def resolve(kind: str, env) -> dict:
     (and envs with its observation layout), else ``"none"``."""
     if kind not in KINDS:
         raise ValueError(f"features must be one of {KINDS}, got {kind!r}")
-    from taigym.data.collect import task_family
+    from taigym.envs import family_of
 
     u = env.unwrapped
     task = getattr(u, "task", None)
-    pour = task_family(env) == "pour"
+    pour = family_of(env) == "pour"
     if kind == "auto":
         kind = "target_path" if pour else "none"
     if kind == "none":
         return {"kind": "none"}
     if not pour:
-        raise ValueError(f"features='target_path' needs Pour-v0's observation, got {task_family(env)!r}")
+        raise ValueError(f"features='target_path' needs Pour-v0's observation, got {family_of(env)!r}")
     from taigym.envs.pour_tasks import TARGET_BOUNDS
 
     bounds = tuple(float(b) for b in (task.target_bounds if task is not None else TARGET_BOUNDS))

@@ -1,12 +1,8 @@
-"""``ppo``: Stable-Baselines3's PPO on ``taigym/Pour-v0`` (simplified fidelity by default).
+"""``ppo``: Stable-Baselines3's PPO, on any taigym env.
 
 Train it with ``python -m taigym.apps.train agent=ppo env=pour_simplified`` (hyperparameters in
-``taigym/conf/agent/ppo.yaml``, in the manner of RL Zoo) or from Python::
-
-    from taigym.agents import ppo
-    agent = ppo.train(lambda: gym.make("taigym/Pour-v0", fidelity="simplified"),
-                      {"total_timesteps": 50_000}, run_dir, logger)
-    agent.save(run_dir / "agent.zip"); agent = ppo.PPOAgent.load(run_dir / "agent.zip", env)
+``taigym/conf/agent/ppo.yaml``, in the manner of RL Zoo) or from Python with
+:func:`taigym.training.sb3.train_ppo`; ``PPOAgent.load(run_dir / "agent.zip", env)`` loads it.
 
 ``act`` is the deterministic policy (the Gaussian's mean), clipped to the action box.
 
@@ -20,19 +16,12 @@ activation_fn: tanh}``, the activation by name), ``checkpoint_every`` (10000 env
 ``max_grad_norm`` (0.5), ``use_sde`` (False), ``sde_sample_freq`` (-1), ``target_kl`` (None),
 ``normalize_advantage`` (True). Unknown keys raise ``ValueError``.
 
-Checkpoints go to ``run_dir/checkpoints/model.zip`` every ``checkpoint_every`` steps (temporary
-file, then rename); calling ``train`` again on the same ``run_dir`` resumes from there (the
-hyperparameters, except the budget and logging options, must be the same).
+Checkpoints and resuming: :mod:`taigym.training.sb3`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
-import gymnasium as gym
-
-from .sb3 import COMMON_DEFAULTS, FINAL_CHECKPOINT, SB3Agent, train_sb3
+from .sb3 import COMMON_DEFAULTS, SB3Agent
 
 DEFAULTS = {
     **COMMON_DEFAULTS,
@@ -59,9 +48,4 @@ class PPOAgent(SB3Agent):
     DEFAULTS = DEFAULTS
 
 
-def train(make_env: Callable[[], gym.Env], cfg: dict, run_dir: Path, logger=None, expert=None) -> PPOAgent:
-    """Train PPO (or resume it from ``run_dir``'s checkpoint); ``expert`` is not used."""
-    return train_sb3(PPOAgent, make_env, cfg, run_dir, logger, expert)
-
-
-__all__ = ["DEFAULTS", "FINAL_CHECKPOINT", "PPOAgent", "train"]
+__all__ = ["DEFAULTS", "PPOAgent"]

@@ -1,7 +1,7 @@
-"""``rh``'s planning step as one Taichi kernel: :class:`taigym.agents.rh.HorizonCost` and
-:func:`taigym.agents.rh.lbfgs`, compiled.
+"""``rh``'s planning step as one Taichi kernel: :class:`taigym.agents.rh_cost.HorizonCost` and
+:func:`taigym.agents.rh_cost.lbfgs`, compiled.
 
-The NumPy :class:`~taigym.agents.rh.HorizonCost` is the reference, documented term by term; this
+The NumPy :class:`~taigym.agents.rh_cost.HorizonCost` is the reference, documented term by term; this
 is the same arithmetic, term for term, so that one control step's whole L-BFGS solve (about 15
 evaluations of the cost and its gradient) is one kernel launch instead of some two thousand
 NumPy calls on arrays of 25 rows. Only the order of a few sums differs (the liquid's lag is a
@@ -20,8 +20,9 @@ import math
 import numpy as np
 import taichi as ti
 
-from taigym.agents.rh import ACTIVE_MARGIN, GRAVITY, LBFGS_GTOL, LBFGS_MEMORY, MIN_GRAVITY
+from taigym.agents.rh_cost import ACTIVE_MARGIN, GRAVITY, LBFGS_GTOL, LBFGS_MEMORY, MIN_GRAVITY
 from taigym.sim import backend
+from taigym.sim.constants import CONTROL_DT
 
 F = ti.f64
 NO_SCALE = -1.0             # no inverse-Hessian scale yet (lbfgs' scale0=None)
@@ -317,7 +318,7 @@ def _sy(hist: ti.template(), slot, n):
 @ti.kernel
 def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2, hist: nd3,
                   out: nd1, max_iterations: ti.i32):
-    """:func:`taigym.agents.rh.lbfgs` from the actions ws[R_X]; the solution back into ws[R_X],
+    """:func:`taigym.agents.rh_cost.lbfgs` from the actions ws[R_X]; the solution back into ws[R_X],
     (iterations, last inverse-Hessian scale) into ``out``."""
     ti.loop_config(serialize=True)
     for _ in range(1):
@@ -409,10 +410,10 @@ def _solve_kernel(par: nd1, per_step: nd2, q: nd2, seg_a: nd3, seg: nd2, ws: nd2
 
 
 def _pack(hc) -> tuple[np.ndarray, ...]:
-    """The kernel's inputs from a :class:`~taigym.agents.rh.HorizonCost`."""
+    """The kernel's inputs from a :class:`~taigym.agents.rh_cost.HorizonCost`."""
     par = np.empty(N_PAR)
     par[[P_PX, P_PY, P_VX, P_VY, P_RHO, P_W, P_DT]] = hc.px, hc.py, hc.vx, hc.vy, hc.rho, hc.W, hc.dt
-    par[[P_POUR0, P_POUR1]] = hc._pour_w[:, 0]
+    par[[P_POUR0, P_POUR1]] = hc.pour_w[:, 0]
     par[[P_SIDE, P_MAX_TILT, P_FLOW_GAIN, P_W_DRIP, P_DRIP_MARGIN, P_LAG_B, P_W_COLL]] = (
         hc.side, hc.max_tilt, hc.flow_gain, hc.w_drip, hc.drip_margin, hc.lag_b, hc.w_coll)
     par[P_W_PRIOR:P_W_PRIOR + 3] = hc.w_prior
@@ -457,7 +458,7 @@ def warm_up() -> None:
         return
     backend.init()
     par = np.zeros(N_PAR)
-    par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, 0.05, GRAVITY, MIN_GRAVITY
+    par[[P_W, P_DT, P_GRAVITY, P_MIN_GRAVITY]] = 1.0, CONTROL_DT, GRAVITY, MIN_GRAVITY
     seg = np.array([[1.0, 0.0, 1.0, 0.01]])
     _solve_kernel(par, np.zeros((1, 6)), np.zeros((1, 2)), np.zeros((1, 1, 2)), seg,
                   np.zeros((N_ROWS, 3)), np.zeros((2, LBFGS_MEMORY, 3)), np.zeros(2), 1)

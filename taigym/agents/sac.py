@@ -1,8 +1,8 @@
-"""``sac``: Stable-Baselines3's SAC on ``taigym/Pour-v0`` (simplified fidelity by default).
+"""``sac``: Stable-Baselines3's SAC, on any taigym env.
 
 Train it with ``python -m taigym.apps.train agent=sac env=pour_simplified`` (hyperparameters in
-``taigym/conf/agent/sac.yaml``, in the manner of RL Zoo) or ``taigym.agents.sac.train(make_env,
-cfg, run_dir, logger)``. ``act`` is the deterministic policy (the squashed Gaussian's mean).
+``taigym/conf/agent/sac.yaml``, in the manner of RL Zoo) or with
+:func:`taigym.training.sb3.train_sac`. ``act`` is the deterministic policy (the squashed Gaussian's mean).
 
 Options (``cfg``) and defaults: the taigym options ``total_timesteps`` (100000), ``n_envs`` (4),
 ``seed`` (0), ``policy`` ("MlpPolicy"), ``policy_kwargs`` (None; e.g. ``{net_arch: [256,
@@ -15,19 +15,13 @@ SAC's own: ``learning_rate`` (3e-4), ``buffer_size`` (100000), ``learning_starts
 (1), ``ent_coef`` ("auto"), ``target_entropy`` ("auto"), ``use_sde`` (False). Unknown keys raise
 ``ValueError``.
 
-Checkpoints go to ``run_dir/checkpoints/`` (``model.zip``, ``replay_buffer.pkl``, ``state.json``)
-every ``checkpoint_every`` steps, each file through a temporary name and a rename; calling
-``train`` again on the same ``run_dir`` resumes from there.
+Checkpoints (``model.zip``, ``replay_buffer.pkl``, ``state.json``) and resuming:
+:mod:`taigym.training.sb3`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
-import gymnasium as gym
-
-from .sb3 import COMMON_DEFAULTS, FINAL_CHECKPOINT, SB3Agent, train_sb3
+from .sb3 import COMMON_DEFAULTS, SB3Agent
 
 DEFAULTS = {
     **COMMON_DEFAULTS,
@@ -53,9 +47,4 @@ class SACAgent(SB3Agent):
     DEFAULTS = DEFAULTS
 
 
-def train(make_env: Callable[[], gym.Env], cfg: dict, run_dir: Path, logger=None, expert=None) -> SACAgent:
-    """Train SAC (or resume it from ``run_dir``'s checkpoint); ``expert`` is not used."""
-    return train_sb3(SACAgent, make_env, cfg, run_dir, logger, expert)
-
-
-__all__ = ["DEFAULTS", "FINAL_CHECKPOINT", "SACAgent", "train"]
+__all__ = ["DEFAULTS", "SACAgent"]

@@ -1,21 +1,13 @@
 """Shared machinery of the Stable-Baselines3 agents (``ppo``, ``sac``).
 
-* :class:`SB3Agent` wraps a trained SB3 model in the taigym agent protocol (``act`` is the
-  deterministic policy; ``save(path)`` / ``load(path, env)``).
-* :func:`train_sb3` implements the trainable-agent contract for any SB3 algorithm: checkpoints
-  every ``checkpoint_every`` env steps under ``run_dir/checkpoints`` (model, its step count and,
-  for off-policy algorithms, the replay buffer), each file written to a temporary name and
-  renamed, and resumes from that checkpoint when called again on the same ``run_dir``.
-  Metrics (SB3's ``rollout/``, ``train/``, ``time/`` keys plus the episodes' ``in_target``,
-  ``spilled``, ``success``) go to the taigym logger; with a :class:`~taigym.apps.logging.
-  WandbLogger` the run also gets W&B's SB3 callback (``wandb.integration.sb3.WandbCallback``).
+:class:`SB3Agent` wraps an SB3 model in the taigym agent protocol (``act`` is the deterministic
+policy; ``save(path)`` / ``load(path, env)``); :func:`build_model` builds an untrained one from
+the agent's options (:func:`check_cfg`). Training is :mod:`taigym.training.sb3`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,10 +16,8 @@ import numpy as np
 
 from .base import Agent
 
-CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_DIR = "checkpoints"     # a train run directory's checkpoints (taigym.training.sb3)
 MODEL_FILE = "model.zip"
-BUFFER_FILE = "replay_buffer.pkl"
-STATE_FILE = "state.json"
 FINAL_CHECKPOINT = "agent.zip"     # what the train app saves the returned agent as
 
 #: options shared by every SB3 agent (the algorithm's own hyperparameters come on top)
@@ -45,14 +35,10 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "log_interval": 1,               # SB3's: rollouts (on-policy) or episodes (off-policy)
     "wandb_gradient_freq": 0,        # W&B's SB3 callback: log gradients every N steps (0: off)
 }
-#: options that may change between a run and its resumption (the others must not)
 #: keys of the agent's options that are not keyword arguments of the SB3 algorithm
 NON_ALGO_KEYS = set(COMMON_DEFAULTS) | {"save_replay_buffer"}
-RESUMABLE_CHANGES = {"save_replay_buffer", "total_timesteps", "checkpoint_every", "verbose", "progress_bar",
-                     "log_interval", "torch_threads", "wandb_gradient_freq", "device"}
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU",
                "gelu": "GELU", "silu": "SiLU"}
-EPISODE_METRICS = ("in_target", "spilled", "in_source", "success")
 
 
 def check_cfg(cfg: Mapping | None, defaults: Mapping[str, Any], algo: str) -> dict:
@@ -88,12 +74,6 @@ def policy_kwargs(value: Mapping | None) -> dict | None:
     return out
 
 
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
-
-
 def save_model_atomic(model, path: Path) -> Path:
     """``model.save`` through a temporary file and a rename."""
     path = Path(path)
@@ -114,6 +94,8 @@ class SB3Agent(Agent):
     name = "sb3"
     ALGO: str = ""                # "PPO", "SAC"
     DEFAULTS: dict[str, Any] = {}
+    needs_checkpoint = True
+    checkpoint_name = FINAL_CHECKPOINT
 
     def __init__(self, env, checkpoint: str | Path | None = None, model=None, **cfg):
         hp = check_cfg(cfg, self.DEFAULTS, self.name)
@@ -122,7 +104,7 @@ class SB3Agent(Agent):
             if checkpoint is not None:
                 model = self.algo_class().load(str(checkpoint), device="cpu")
             else:
-                model = build_model(self.algo_class(), hp, _single_vec(lambda: env), algo_keys(hp))
+                model = build_model(self.algo_class(), hp, single_vec(lambda: env), algo_keys(hp))
         self.model = model
         self.checkpoint = str(checkpoint) if checkpoint is not None else None
         self._torch_threads = int(hp["torch_threads"])
@@ -164,7 +146,7 @@ def algo_keys(hp: Mapping) -> dict:
     return {k: v for k, v in hp.items() if k not in NON_ALGO_KEYS}
 
 
-def _single_vec(make_env: Callable):
+def single_vec(make_env: Callable):
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -177,133 +159,5 @@ def build_model(algo_cls, hp: Mapping, venv, kwargs: Mapping):
                     verbose=int(hp["verbose"]), policy_kwargs=policy_kwargs(hp["policy_kwargs"]), **kw)
 
 
-def _make_callbacks(hp: Mapping, ckpt_dir: Path, logger, cfg_saved: Mapping, off_policy: bool):
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Checkpoint(BaseCallback):
-        """Saves model (+ replay buffer) every ``checkpoint_every`` steps and at the end; records
-        the episodes' liquid metrics for SB3's logger."""
-
-        def __init__(self):
-            super().__init__(0)
-            self.last_saved = None
-
-        def _on_training_start(self) -> None:
-            self.last_saved = self.model.num_timesteps
-
-        def _on_step(self) -> bool:
-            dones = self.locals.get("dones")
-            infos = self.locals.get("infos") or ()
-            if dones is not None:
-                for done, info in zip(dones, infos):
-                    if done:
-                        for k in EPISODE_METRICS:
-                            if k in info:
-                                self.logger.record_mean(f"rollout/{k}", float(info[k]))
-            if self.model.num_timesteps - self.last_saved >= int(hp["checkpoint_every"]):
-                self.save()
-            return True
-
-        def _on_training_end(self) -> None:
-            if self.model.num_timesteps != self.last_saved:
-                self.save()
-
-        def save(self) -> None:
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            t0 = time.perf_counter()
-            if off_policy and hp.get("save_replay_buffer", True) and getattr(self.model, "replay_buffer", None) is not None:
-                tmp = ckpt_dir / f".{BUFFER_FILE}.tmp"
-                self.model.save_replay_buffer(tmp)
-                os.replace(tmp, ckpt_dir / BUFFER_FILE)
-            save_model_atomic(self.model, ckpt_dir / MODEL_FILE)
-            _write_json(ckpt_dir / STATE_FILE, {"num_timesteps": int(self.model.num_timesteps),
-                                                "algo": type(self.model).__name__, "cfg": dict(cfg_saved),
-                                                "saved_at": time.time()})
-            self.last_saved = self.model.num_timesteps
-            logger.log({"checkpoint/seconds": time.perf_counter() - t0}, step=int(self.model.num_timesteps))
-
-    callbacks = [Checkpoint()]
-    try:
-        from taigym.apps.logging import WandbLogger
-    except ImportError:  # the apps are optional for the agents
-        WandbLogger = None  # type: ignore[assignment,misc]
-    if WandbLogger is not None and isinstance(logger, WandbLogger):
-        from wandb.integration.sb3 import WandbCallback
-
-        callbacks.append(WandbCallback(gradient_save_freq=int(hp["wandb_gradient_freq"]), verbose=0))
-    return callbacks
-
-
-def _sb3_logger(logger, verbose: int):
-    import sys
-
-    from stable_baselines3.common.logger import HumanOutputFormat, KVWriter
-    from stable_baselines3.common.logger import Logger as SB3Logger
-
-    class TaigymWriter(KVWriter):
-        def write(self, key_values, key_excluded, step: int = 0) -> None:
-            vals = {k: float(v) for k, v in key_values.items()
-                    if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)}
-            if vals:
-                logger.log(vals, step=int(step))
-
-        def close(self) -> None:
-            pass
-
-    formats = [TaigymWriter()]
-    if verbose:
-        formats.append(HumanOutputFormat(sys.stdout))
-    return SB3Logger(folder=None, output_formats=formats)
-
-
-def train_sb3(agent_cls: type[SB3Agent], make_env: Callable, cfg: Mapping | None, run_dir: str | Path,
-              logger=None, expert=None) -> SB3Agent:
-    """Train (or resume training) an SB3 agent; see the module docstring."""
-    from stable_baselines3.common.env_util import make_vec_env
-
-    if logger is None:
-        from taigym.apps.logging import NullLogger
-
-        logger = NullLogger()
-    hp = check_cfg(cfg, agent_cls.DEFAULTS, agent_cls.name)
-    if hp["torch_threads"]:
-        import torch
-
-        torch.set_num_threads(int(hp["torch_threads"]))
-    run_dir = Path(run_dir)
-    ckpt_dir = run_dir / CHECKPOINT_DIR
-    run_dir.mkdir(parents=True, exist_ok=True)
-    algo_cls = agent_cls.algo_class()
-    off_policy = agent_cls.ALGO in ("SAC", "TD3", "DDPG")
-    venv = make_vec_env(make_env, n_envs=int(hp["n_envs"]), seed=int(hp["seed"]))
-    saved = {k: v for k, v in hp.items()}
-
-    model_path, state_path = ckpt_dir / MODEL_FILE, ckpt_dir / STATE_FILE
-    if model_path.exists():
-        state = json.loads(state_path.read_text()) if state_path.exists() else {}
-        old = state.get("cfg", {})
-        changed = sorted(k for k in set(old) | set(saved)
-                         if k not in RESUMABLE_CHANGES and json.dumps(old.get(k), default=str) != json.dumps(saved.get(k), default=str))
-        if old and changed:
-            raise ValueError(f"{run_dir} holds a {agent_cls.name} checkpoint trained with other "
-                             f"hyperparameters ({', '.join(changed)}); use a new run directory")
-        model = algo_cls.load(str(model_path), env=venv, device=hp["device"])
-        buf = ckpt_dir / BUFFER_FILE
-        if off_policy and buf.exists():
-            model.load_replay_buffer(str(buf))
-        print(f"{agent_cls.name}: resuming from {model_path} at step {model.num_timesteps}", flush=True)
-        logger.log({"resumed_from_step": float(model.num_timesteps)}, step=int(model.num_timesteps))
-    else:
-        model = build_model(algo_cls, hp, venv, algo_keys(hp))
-    model.set_logger(_sb3_logger(logger, int(hp["verbose"])))
-    remaining = int(hp["total_timesteps"]) - int(model.num_timesteps)
-    if remaining > 0:
-        model.learn(total_timesteps=remaining, reset_num_timesteps=False, log_interval=int(hp["log_interval"]),
-                    callback=_make_callbacks(hp, ckpt_dir, logger, saved, off_policy),
-                    progress_bar=bool(hp["progress_bar"]))
-    venv.close()
-    env = make_env()
-    return agent_cls(env, checkpoint=model_path if model_path.exists() else None, model=model)
-
-
-__all__ = ["COMMON_DEFAULTS", "FINAL_CHECKPOINT", "SB3Agent", "check_cfg", "policy_kwargs", "train_sb3"]
+__all__ = ["CHECKPOINT_DIR", "COMMON_DEFAULTS", "FINAL_CHECKPOINT", "MODEL_FILE", "NON_ALGO_KEYS", "SB3Agent",
+           "algo_keys", "build_model", "check_cfg", "policy_kwargs", "save_model_atomic", "single_vec"]

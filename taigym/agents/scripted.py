@@ -21,6 +21,9 @@ import math
 
 import numpy as np
 
+from taigym.sim.constants import CONTROL_DT
+from taigym.sim.geometry import densify
+
 from .base import Agent
 
 DEFAULTS = dict(lead=0.0, aim=0.25, clearance=0.012, accel=2.5, vmax=0.45, tilt_fast=1.2,
@@ -34,6 +37,7 @@ def _rot(theta: float) -> np.ndarray:
 
 class ScriptedAgent(Agent):
     name = "scripted"
+    families = ("pour",)
 
     def __init__(self, env, **cfg):
         unknown = set(cfg) - set(DEFAULTS)
@@ -53,14 +57,9 @@ class ScriptedAgent(Agent):
         self._task = task
         self.S = getattr(u, "source_shape", None) or task.source_shape()
         self.T = getattr(u, "target_shape", None) or task.target_shape()
-        self.dt = float(getattr(u, "dt", 0.05))
+        self.dt = float(getattr(u, "dt", CONTROL_DT))
         self.scale = np.asarray(getattr(u, "action_scale", (0.025, 0.025, 0.1)), float)
-        walls = np.asarray(self.S.walls)
-        pts = [walls[:1]]
-        for a, b in zip(walls[:-1], walls[1:]):
-            n = max(int(math.ceil(np.linalg.norm(b - a) / (0.5 * self.S.radius))), 1)
-            pts.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
-        self.solid = np.concatenate(pts)
+        self.solid = densify(self.S.walls, 0.5 * self.S.radius)
         self.max_tilt = self.S.max_tilt_angle(task.fill)
         self.phase, self.d, self.phi = "approach", 1, 0.0
 

@@ -1,4 +1,4 @@
-"""The SFRRT* expert (seed 002) for ``taigym/Transport-v0``: plans on reset, then tracks the plan.
+"""The SFRRT* expert (the SFRRT* paper, 2024) for ``taigym/Transport-v0``: plans on reset, then tracks the plan.
 
 ``taigym.agents.make("sfrrt", env, fixed_jerk=None, classifier="learned", **planner_cfg)``. On
 ``reset`` it reads ``env.unwrapped.task`` and plans (RRT* with the tilt-informed sampler,
@@ -9,7 +9,7 @@ With ``fixed_jerk=(jx, jz, jtilt)`` it is the baseline: the same path, one fixed
 ``path_planner="ompl"`` the path comes from OMPL's InformedRRT* (the optional extra ``ompl``)
 instead of SFRRT*'s RRT*, timed the same way.
 
-``classifier``: ``"learned"`` (seed 002's transformer SFC, trained on simulator-labelled
+``classifier``: ``"learned"`` (the SFRRT* paper's transformer SFC, trained on simulator-labelled
 trajectories by ``scripts/train_sfc.py``; the shipped checkpoint ``taigym/models/data/sfc.pt``
 or ``classifier_path``), ``"quasi_static"`` (the physics placeholder of
 :class:`~taigym.planners.sfrrt.QuasiStaticClassifier`), or any callable ``(traj, props) -> bool``.
@@ -20,13 +20,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, plan_path, sfrrt
-from .base import Agent
+from ..sim.constants import CONTROL_DT
+from .base import Agent, planning
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
 # Transport-v0's constants (taigym.envs.transport; agents see envs only through the Gym API)
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
 ROOM = (1.2, 0.8)
-CONTROL_DT = 0.05
+
+
+def check_planner_options(cfg: dict) -> dict:
+    """``cfg``, or ValueError naming the options that are not fields of :class:`SFRRTConfig`."""
+    unknown = set(cfg) - set(SFRRTConfig.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"unknown sfrrt-agent option(s): {', '.join(sorted(unknown))}; accepted: fixed_jerk, "
+                         f"classifier, classifier_path, path_planner and the fields of SFRRTConfig "
+                         f"({', '.join(SFRRTConfig.__dataclass_fields__)})")
+    return cfg
 
 
 def path_planners(name: str) -> tuple:
@@ -67,29 +77,20 @@ def spill_free_classifier(classifier, path: str | None, kind: str):
     return classifier
 
 
-def make_agent(env, **cfg) -> Agent:
-    """``taigym.agents.make("sfrrt", env)``: the planar agent on Transport-v0, the 3D one
-    (:class:`taigym.agents.sfrrt3d.SFRRT3DAgent`) on Transport3D-v0."""
-    if type(env.unwrapped).__name__ == "Transport3DEnv":
-        from .sfrrt3d import SFRRT3DAgent
-
-        return SFRRT3DAgent(env, **cfg)
-    return SFRRTAgent(env, **cfg)
-
-
 class SFRRTAgent(Agent):
+    """``taigym.agents.make("sfrrt", env)`` on Transport-v0 (on Transport3D-v0:
+    :class:`taigym.agents.sfrrt3d.SFRRT3DAgent`)."""
+
     name = "sfrrt"
+    families = ("transport",)
 
     def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None,
                  path_planner: str = "sfrrt", **cfg):
         super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, path_planner=path_planner, **cfg)
         self.path_planner = path_planners(path_planner)[0]
-        if type(env.unwrapped).__name__ != "TransportEnv":
-            raise ValueError(f"the sfrrt agent plans for taigym/Transport-v0, not "
-                             f"{type(env.unwrapped).__name__}")
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
         self.classifier = spill_free_classifier(classifier, classifier_path, "planar")
-        self.planner_cfg = SFRRTConfig(**cfg)
+        self.planner_cfg = SFRRTConfig(**check_planner_options(cfg))
         self.plan: Plan | None = None
 
     def _problem(self, start) -> Problem:
@@ -109,6 +110,7 @@ class SFRRTAgent(Agent):
         super().reset(seed=seed)
         self.replan(self.env.unwrapped.task.start)
 
+    @planning
     def replan(self, start) -> Plan:
         """Plan from ``start`` (x, z, tilt) at rest to the task's goal (a second RRT* draw if
         the first finds no path in its budget; RuntimeError if neither does)."""

@@ -1,4 +1,4 @@
-"""The SFRRT* expert (seed 002) for ``taigym/Transport3D-v0``: plans on reset, then tracks.
+"""The SFRRT* expert (the SFRRT* paper, 2024) for ``taigym/Transport3D-v0``: plans on reset, then tracks.
 
 ``taigym.agents.make("sfrrt", env)`` on Transport3D-v0 builds this agent. On ``reset`` it plans
 the container's path with :func:`taigym.planners.sfrrt3d.plan_path3d` (RRT* over the
@@ -6,7 +6,7 @@ container's position; a position is free when the arm, holding the container upr
 the upright posture family, and the container touch no box and not the table), times it with
 Ruckig and lowers the jerk until the spill-free classifier accepts (SFTP): ``classifier=
 "slosh"`` (default; :class:`~taigym.planners.sfrrt3d.SloshClassifier3D`: precision 0.98, recall
-0.59 on 883 simulator-labelled 3D carries, nothing fitted to them), ``"learned"`` (seed 002's
+0.59 on 883 simulator-labelled 3D carries, nothing fitted to them), ``"learned"`` (the SFRRT* paper's
 transformer trained on them, ``taigym/models/data/sfc3d.pt`` or ``classifier_path``; precision
 0.83 on held-out tasks, see the README) or a callable. ``act`` turns the planned velocity, plus
 a correction of the position error, into joint velocities within that family
@@ -23,8 +23,10 @@ import numpy as np
 
 from ..planners.sfrrt import Plan, sfrrt
 from ..planners.sfrrt3d import Problem3D, config_3d
-from .base import Agent
+from ..sim.constants import CONTROL_DT
+from .base import Agent, planning
 from .carry import family_action
+from .sfrrt import check_planner_options, path_planners, spill_free_classifier
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
 SAMPLE_MARGIN = 0.15      # m: the sampler's box is start's and goal's, this much larger
@@ -91,22 +93,23 @@ def pre_place(problem: Problem3D) -> np.ndarray | None:
 
 
 class SFRRT3DAgent(Agent):
+    """``taigym.agents.make("sfrrt", env)`` on Transport3D-v0."""
+
     name = "sfrrt"
+    families = ("transport3d",)
 
     def __init__(self, env, fixed_jerk=None, classifier="slosh", classifier_path=None,
                  damping: float = 0.02, retries: int = 3, path_planner: str = "sfrrt", **cfg):
         super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, path_planner=path_planner, **cfg)
-        from .sfrrt import path_planners, spill_free_classifier
-
         self.retries = int(retries)
         self.path_planner = path_planners(path_planner)[1]
-        from taigym.envs.transport3d import CONTROL_DT, MAX_JOINT_SPEED, PandaCarrier
+        from taigym.envs.transport3d import MAX_JOINT_SPEED, PandaCarrier
 
         self.arm = PandaCarrier()                  # the planner's model of the robot
         self.dt, self.qd_max = CONTROL_DT, MAX_JOINT_SPEED
         self.damping = float(damping)
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
-        self.planner_cfg = config_3d(**cfg)
+        self.planner_cfg = config_3d(**check_planner_options(cfg))
         self.classifier = spill_free_classifier(classifier, classifier_path, "3d")
         self.plan: Plan | None = None
 
@@ -115,6 +118,7 @@ class SFRRT3DAgent(Agent):
         task = self.env.unwrapped.task
         self.replan(task, np.asarray(task.start))
 
+    @planning
     def replan(self, task, q0) -> Plan:
         """Plan from the arm at joint angles ``q0``, at rest, to the task's goal. The timed path
         is then followed from ``q0`` as the controller will and checked without clearance; if

@@ -1,4 +1,4 @@
-"""``sqp``: seed 000's pouring planner as an expert agent for ``taigym/Pour-v0``.
+"""``sqp``: Pan & Manocha 2016's pouring planner as an expert agent for ``taigym/Pour-v0``.
 
 At the first ``act`` of an episode it plans S's whole trajectory from ``env.unwrapped.task``
 (:func:`taigym.planners.sqp.plan_pour`, the simplified liquid model), then tracks it: each
@@ -32,8 +32,9 @@ import dataclasses
 import numpy as np
 
 from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
+from taigym.sim.constants import CONTROL_DT
 
-from .base import Agent
+from .base import Agent, planning
 
 AGENT_OPTIONS = {"replan_every": 0, "min_nodes": 10, "drain_time": 1.0, "warm_start": True, "track_gain": 1.0}
 
@@ -49,18 +50,13 @@ def split_options(cfg: dict, agent_options: dict) -> dict:
     return {k: v for k, v in cfg.items() if k in planner_fields}
 
 
-def make_agent(env, **cfg) -> Agent:
-    """``taigym.agents.make("sqp", env)``: this agent on Pour-v0, the joint-space one
-    (:class:`taigym.agents.sqp3d.SQP3DAgent`) on Pour3D-v0."""
-    if type(env.unwrapped).__name__ == "Pour3DEnv":
-        from .sqp3d import SQP3DAgent
-
-        return SQP3DAgent(env, **cfg)
-    return SQPAgent(env, **cfg)
-
-
 class SQPAgent(Agent):
+    """``taigym.agents.make("sqp", env)`` on Pour-v0 (on Pour3D-v0:
+    :class:`taigym.agents.sqp3d.SQP3DAgent`)."""
+
     name = "sqp"
+    families = ("pour",)
+    replans_from_info = True          # replan(info): DAgger's relabelling (taigym.data.collect)
 
     def __init__(self, env, **cfg):
         self.planner_cfg = split_options(cfg, AGENT_OPTIONS)
@@ -70,21 +66,20 @@ class SQPAgent(Agent):
         self.plan: PourPlan | None = None
         self._task = None
         self._step = 0
-        self.planning_seconds = 0.0
 
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
         self.plan, self._task, self._step = None, None, 0
-        self.planning_seconds = 0.0
 
     def _env_constants(self):
         u = self.env.unwrapped
-        dt = float(getattr(u, "dt", 0.05))
+        dt = float(getattr(u, "dt", CONTROL_DT))
         horizon = float(getattr(getattr(u, "cfg", None), "horizon", 5.0))
         wall = float(getattr(getattr(u, "cfg", None), "wall_thickness", 0.01))
         scale = np.asarray(getattr(u, "action_scale", (0.025, 0.025, 0.1)), np.float64)
         return dt, horizon, wall, scale
 
+    @planning
     def replan(self, info: dict) -> PourPlan:
         """Plan from the env state in ``info`` (as every Pour-v0 step reports it)."""
         task = self.env.unwrapped.task
@@ -111,7 +106,6 @@ class SQPAgent(Agent):
             in_source=min(max(float(info.get("in_source", 1.0)), 0.0), 1.0), side=side,
             **self._liquid_state())
         plan = plan_pour(prob, cfg, init=self._warm_start(task, t, nodes, prob.start_pose))
-        self.planning_seconds += plan.wall_time
         self.plan, self._task, self._step = plan, task, 0
         return plan
 

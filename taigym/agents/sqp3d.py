@@ -1,4 +1,4 @@
-"""``sqp`` on ``taigym/Pour3D-v0``: seed 000's planner in joint space (its appendix).
+"""``sqp`` on ``taigym/Pour3D-v0``: Pan & Manocha 2016's planner in joint space (its appendix).
 
 ``taigym.agents.make("sqp", env)`` on Pour3D-v0 builds this agent. At the first ``act`` of an
 episode it plans, then tracks the plan:
@@ -6,7 +6,7 @@ episode it plans, then tracks the plan:
 1. The pour in the vertical plane through S and T (``task.plane()``): the 2D trust-region SQP
    of :mod:`taigym.planners.sqp` on the task's cross-section (``task.section()``: S's and T's
    cross-sections through their axes, the boxes where they meet the plane, the hand's
-   footprint beside S as circles fixed to S, :func:`holder_circles`), with seed 000's
+   footprint beside S as circles fixed to S, :func:`holder_circles`), with Pan & Manocha 2016's
    simplified liquid model on S's cross-section (the 2D tables and the coefficients identified
    from 2D FLIP pours: ``scripts/outflow3d_check.py`` measures how they predict the 3D
    outflow). The plan's poses are then checked against the 3D walls (S's revolved wall can
@@ -25,8 +25,8 @@ episode it plans, then tracks the plan:
 Options: ``drain_time`` (s, default 1), ``arm_clearance`` (m, 0.01), ``track_gain`` (0.5),
 ``max_tilt_rate`` (rad per node, 0.08: the wrist's roll tilts S, 2.61 rad/s at most) and any
 field of :class:`taigym.planners.sqp.SQPConfig` (``time_limit`` default
-:data:`PLAN_TIME_LIMIT`, for all the plans). ``plan_time`` (s): the time of the last plan,
-2D SQP and IK; ``plan2d``: the 2D plan; ``joints``: the joint trajectory; ``report``: IK
+:data:`PLAN_TIME_LIMIT`, for all the plans). ``plan_seconds`` (s): the time spent planning this
+episode, 2D SQP and IK; ``plan2d``: the 2D plan; ``joints``: the joint trajectory; ``report``: IK
 error, sphere clearance, joint speed, the SQP's status and the 3D check.
 """
 
@@ -39,8 +39,9 @@ import time
 import numpy as np
 
 from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
+from taigym.sim.geometry import densify
 
-from .base import Agent
+from .base import Agent, planning
 from .sqp import split_options
 
 AGENT_OPTIONS = {"drain_time": 1.0, "arm_clearance": 0.01, "track_gain": 0.5, "max_tilt_rate": 0.08}
@@ -56,7 +57,7 @@ PLAN_TIME_LIMIT = 25.0
 
 
 class ArmSpheres:
-    """The arm as spheres (seed 000's collision model): along the chain of link frames
+    """The arm as spheres (Pan & Manocha 2016's collision model): along the chain of link frames
     :data:`LINK_CHAIN`, at most 8 cm apart, radius :data:`LINK_RADIUS`, against boxes given by
     (centre, half extents, rotation) in the robot frame."""
 
@@ -65,9 +66,7 @@ class ArmSpheres:
         self.boxes = [(np.asarray(c, float), np.asarray(h, float), np.asarray(r, float)) for c, h, r in boxes]
 
     def centres(self, q) -> np.ndarray:
-        from taigym.envs.pour import _densify
-
-        return _densify(self.arm.link_positions(q, LINK_CHAIN), 0.08)
+        return densify(self.arm.link_positions(q, LINK_CHAIN), 0.08)
 
     def clearance(self, q) -> np.ndarray:
         """(spheres,) distance (m) of each sphere's surface to the nearest box (< 0: inside)."""
@@ -138,7 +137,10 @@ def joint_trajectory(arm, poses: np.ndarray, q0: np.ndarray, spheres: ArmSpheres
 
 
 class SQP3DAgent(Agent):
+    """``taigym.agents.make("sqp", env)`` on Pour3D-v0."""
+
     name = "sqp"
+    families = ("pour3d",)
 
     def __init__(self, env, **cfg):
         self.planner_cfg = split_options(cfg, AGENT_OPTIONS)
@@ -154,8 +156,9 @@ class SQP3DAgent(Agent):
     def reset(self, *, seed: int | None = None) -> None:
         super().reset(seed=seed)
         self._task, self.joints, self.plan2d, self.report = None, None, None, {}
-        self.plan_time, self._step = 0.0, 0
+        self._step = 0
 
+    @planning
     def plan(self, task, q0: np.ndarray) -> np.ndarray:
         """Plan the pour of ``task`` from joint angles ``q0`` (module docstring, steps 1-2)."""
         from taigym.envs.pour3d import PlaneScene
@@ -193,7 +196,6 @@ class SQP3DAgent(Agent):
         boxes.append((t_centre, np.array([t_r, t_r, 0.5 * t_h]), np.eye(3)))
         self.joints, self.report = joint_trajectory(self.arm, (origins, axes), q0, ArmSpheres(self.arm, boxes),
                                                     self.cfg["arm_clearance"], self.qd_max, dt)
-        self.plan_time = time.perf_counter() - t0
         self.report.update(sqp_status=self.plan2d.status, sqp_seconds=self.plan2d.wall_time,
                            clearance=float(cfg.clearance), wall_depth_3d=float(depth))
         self._task, self._step = task, 0

@@ -1,4 +1,4 @@
-"""``stance``: seed 003's expert for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
+"""``stance``: Bouyarmane & Kheddar's expert for ``taigym/MultiContact-v0``, motion synthesis over a stance plan.
 
 On ``reset`` the agent plans a stance sequence for ``env.unwrapped.task`` with
 :func:`taigym.planners.stance.plan`, then executes it with the paper's motion synthesis: a
@@ -57,7 +57,7 @@ from scipy.spatial.transform import Rotation
 from taigym.planners import stance as st
 from taigym.sim import humanoid as hum
 
-from .base import Agent
+from .base import Agent, planning
 
 LIFT = 0.07            # m, swing path clearance along the target surface's normal
 PRESS = 0.01           # m, a landing limb aims this far past the surface, until it touches
@@ -101,9 +101,12 @@ class StanceAgent(Agent):
     """Stance planner + FSM + QP controller (module docstring)."""
 
     name = "stance"
+    families = ("multicontact",)
 
     def __init__(self, env, time_limit: float = 60.0, max_nodes: int = 400, **cfg):
-        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes, **cfg)
+        if cfg:
+            raise ValueError(f"unknown stance-agent option(s): {', '.join(sorted(cfg))}; accepted: max_nodes, time_limit")
+        super().__init__(env, time_limit=time_limit, max_nodes=max_nodes)
         self.time_limit, self.max_nodes = float(time_limit), int(max_nodes)
         self.plan = None
         self.model = None
@@ -116,16 +119,21 @@ class StanceAgent(Agent):
         if task is None:
             raise RuntimeError("call env.reset() before agent.reset()")
         if task != self._task:
-            if self.model is not None:
-                self.model.close()
-            self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
-            self.model = st.StanceModel(task)
-            self._bars = task.scene()[1]
-            self._task = task
+            self.make_plan(task)
         self.phases = self._phases() if self.plan.solved else []
         self.k, self.t_phase, self.grip = 0, 0.0, {h: False for h in hum.HANDS}
         self.events: list[tuple[int, str]] = []     # (phase index, what went wrong) this episode
         self._tau = np.zeros(21)     # N m, the last solved QP's joint torques
+
+    @planning
+    def make_plan(self, task) -> None:
+        """Plan the stance sequence of ``task`` (and build the controller's model of its scene)."""
+        if self.model is not None:
+            self.model.close()
+        self.plan = st.plan(task, time_limit=self.time_limit, max_nodes=self.max_nodes)
+        self.model = st.StanceModel(task)
+        self._bars = task.scene()[1]
+        self._task = task
 
     def _com_of(self, step) -> np.ndarray:
         self.model.set((step.base_pos, step.base_quat, step.q))
@@ -420,8 +428,7 @@ class StanceAgent(Agent):
         T[0:3, 3:6] = R.T
         T[3:6, 0:3] = R.T
         T[6:, 6:] = np.eye(21)
-        Mp = np.array(p.calculateMassMatrix(rob.body, list(map(float, self._q(rob))),
-                                            physicsClientId=model.client))
+        Mp = rob.mass_matrix(self._q(rob))
         M = T.T @ Mp @ T
         G = rob.gravity_forces()
         # contact points and cone generators of the support
@@ -438,7 +445,7 @@ class StanceAgent(Agent):
                 pts = rob.limb_points(c.limb)
             Jl, _ = rob.jacobians(link, pts)
             kind, normal, mu = fps[0][1], fps[0][2], fps[0][3]
-            K = st._cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
+            K = st.cone_generators(normal, MU_MARGIN * mu) if kind == "cone" else st.GRASP_GENERATORS
             for J in Jl:
                 Jrows.append(J)
                 gens.append((J, K, kind, ph["soft"].get(c.limb, 0.0), c.limb))

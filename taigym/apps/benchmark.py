@@ -1,57 +1,81 @@
-"""Benchmark a matrix of agents x envs x seeds: CSV, a Markdown table and plots.
+"""Benchmark a matrix of agents x envs x seeds: CSV and Markdown tables and plots, per env.
 
-    python -m taigym.apps.benchmark agents=[sqp,scripted,random] envs=[pour_simplified] seeds=[0,1]
-    python -m taigym.apps.benchmark name=rl agents=[ppo,scripted] episodes=100 \\
-        'checkpoints={ppo: runs/train/ppo/pour_simplified/seed{seed}}'
+    python -m taigym.apps.benchmark suite=all                          # the whole suite (conf/suite/all.yaml)
+    python -m taigym.apps.benchmark 'agents=[expert,random]' 'envs=[transport,pour_simplified]' episodes=10
+    python -m taigym.apps.benchmark name=rl 'agents=[ppo,scripted]' episodes=100 \\
+        'checkpoints={ppo: runs/train/ppo/{env}/seed{seed}}'
 
 Every cell (agent, env, seed) runs the agent on the first ``episodes`` tasks of the fixed split
-(episode i of seed s reset with seed ``1000 s + i``) and is written, as soon as it is done, to
-``cells/<agent>__<env>__seed<s>.json`` in the run directory (``runs/benchmark/<name>``).
-Rerunning the command skips the cells already written with the same settings, so an interrupted
-benchmark resumes where it stopped. Then, pooling the seeds' episodes per agent and env:
+(``episodes`` is a number, or a mapping env -> number; episode i of seed s reset with seed
+``1000 s + i``) and is written, as soon as it is done, to ``cells/<agent>__<env>__seed<s>.json``
+in the run directory (``runs/benchmark/<name>``). Rerunning the command skips the cells already
+written with the same settings, so an interrupted benchmark resumes where it stopped. Then,
+pooling the seeds' episodes per agent and env (each env has its own metrics:
+``metadata["episode_metrics"]``):
 
 * ``episodes.csv``: one row per episode;
-* ``summary.csv`` and ``table.md``: success rate (95 % Wilson interval), mean in-T, spilled and
-  per-decision latency (95 % Student-t intervals), return;
-* ``plots.png``: those four figures as bars with their intervals, one group per env.
+* ``summary.csv``: one row per agent and env, every metric with its 95 % interval (``_lo``,
+  ``_hi``), planning time and per-decision latency;
+* ``table.md``: a table per env: each metric (rates with Wilson intervals, means with Student-t
+  intervals), planning time (s), latency (ms), return;
+* ``plots/<env>.png``: each metric and the latency as bars with their intervals.
 
-Agents are configured by their ``agent/<name>.yaml`` (``agent_overrides`` updates them per
-agent: ``'agent_overrides={sqp: {replan_every: 20}}'``; the ``planner`` group configures ``sqp``); learned agents load
-``checkpoints[<agent>]`` (``{seed}`` and ``{env}`` are filled in). Ends with one line of JSON
-(success rate and latency per agent and env). Config: ``taigym/conf/benchmark.yaml``.
+Agents are agent configs (``agent/<name>.yaml``; ``expert`` is each env's own expert;
+``agent_overrides`` updates them per agent: ``'agent_overrides={sqp: {replan_every: 20}}'``; the
+``planner`` group configures ``sqp``). Learned agents load ``checkpoints[<agent>]`` (``{seed}``
+and ``{env}`` are filled in); with ``missing_checkpoints=skip`` a cell whose checkpoint does not
+exist is left out (and listed as such in the table) instead of failing. The whole matrix is
+checked before any cell runs. Config groups and envs from ``hydra.searchpath`` (a user's own
+configs) are honoured. Ends with one line of JSON (success rate and latency per agent and env).
+Config: ``taigym/conf/benchmark.yaml``, suites in ``taigym/conf/suite/``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from ._common import aggregate, save_figure, to_plain, write_atomic, write_csv, write_json
-from .logging import make_logger
+from taigym.agents import agent_class
+from taigym.agents.metrics import ci_key, summary_keys
+from taigym.training.loggers import make_logger
 
+from .common import (agent_name, aggregate, check_agent, count, hydra_app, progress_bar, save_figure, to_plain,
+                     write_atomic, write_csv, write_json)
+
+log = logging.getLogger(__name__)
 SEED_STRIDE = 1000
-PANELS = (("success_rate", "success", "success_ci95"),
-          ("mean_in_target", "in T", "mean_in_target_ci95"),
-          ("mean_spilled", "spilled", "mean_spilled_ci95"),
-          ("latency_ms", "latency per decision (ms)", "latency_ms_ci95"))
-EPISODE_FIELDS = ("agent", "env", "seed", "task", "success", "in_target", "spilled", "in_source",
-                  "return_", "steps", "act_seconds", "sim_unstable")
+EPISODE_FIELDS = ("agent", "env", "seed", "task")
+MISSING = ("error", "skip")
+
+
+def _searchpath() -> list[str]:
+    """The config search path of the running Hydra app beyond taigym's own (``hydra.searchpath``,
+    ``--config-dir``), for :func:`group_configs`."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return []
+    sources = HydraConfig.get().runtime.config_sources
+    return [f"{s.schema}://{s.path}" for s in sources if s.provider not in ("hydra", "main", "schema")]
 
 
 def group_configs(agent: str, env: str, seed: int, overrides: Mapping | None = None) -> tuple[dict, dict]:
-    """The composed ``agent`` and ``env`` group configs (as the evaluate app would see them),
-    the agent's updated with ``overrides``."""
+    """The composed ``agent`` and ``env`` group configs (as the evaluate app would see them, with
+    the running app's search path), the agent's updated with ``overrides``."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
     ov = [f"agent={agent}", f"env={env}", f"seed={seed}"]
+    path = _searchpath()
+    if path:
+        ov.append(f"hydra.searchpath=[{','.join(path)}]")
     if GlobalHydra.instance().is_initialized():
         c = compose(config_name="evaluate", overrides=ov)
     else:
@@ -70,98 +94,140 @@ def _same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def run_benchmark(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) -> dict:
-    """Run (or complete) the matrix in ``run_dir``; returns ``{"summary": [...], "ran": [...],
-    "skipped": [...]}``."""
-    from .evaluate import run_agent
+def episodes_for(episodes, env: str) -> int:
+    """The episodes per cell on ``env`` (``episodes``: a number, or a mapping env -> number)."""
+    if isinstance(episodes, Mapping):
+        if env not in episodes:
+            raise ValueError(f"episodes names no count for env {env!r} ({', '.join(episodes)})")
+        return count(f"episodes[{env}]", episodes[env])
+    return count("episodes", episodes)
 
-    plain = to_plain(cfg)
-    run_dir = Path(run_dir)
-    (run_dir / "cells").mkdir(parents=True, exist_ok=True)
+
+def plan_cells(plain: Mapping) -> tuple[list, list]:
+    """The matrix, checked before any work: (cells to run, cells skipped for a missing
+    checkpoint). Each cell is (agent, env, seed, spec)."""
     agents_, envs_ = list(plain["agents"]), list(plain["envs"])
-    seeds = [int(s) for s in plain["seeds"]]
-    episodes, split = int(plain["episodes"]), plain.get("split", "eval")
+    if not agents_ or not envs_:
+        raise ValueError("agents and envs must each name at least one config")
+    seeds = [count("seeds[]", s, 0) for s in plain["seeds"]]
+    missing = plain.get("missing_checkpoints", "error")
+    if missing not in MISSING:
+        raise ValueError(f"missing_checkpoints must be one of {MISSING}, got {missing!r}")
     ckpts = dict(plain.get("checkpoints") or {})
     overrides = dict(plain.get("agent_overrides") or {})
-    planner = plain.get("planner")
-    own_logger = logger is None
-    if own_logger:
-        logger = make_logger(plain.get("logger"), run_dir, config=plain)
-
-    # the whole matrix first, so that a bad name or a missing checkpoint fails before any work
-    cells = []
+    unknown = sorted((set(ckpts) | set(overrides)) - set(agents_))
+    if unknown:
+        raise ValueError(f"checkpoints / agent_overrides name agents not in agents: {', '.join(unknown)}")
+    cells, skipped = [], []
     for env in envs_:
+        episodes = episodes_for(plain["episodes"], env)
         for agent in agents_:
             for seed in seeds:
                 agent_cfg, env_cfg = group_configs(agent, env, seed, overrides.get(agent))
+                name = agent_name(agent_cfg, env_cfg)
                 ckpt = ckpts.get(agent)
                 if ckpt:
                     ckpt = str(ckpt).format(seed=seed, env=env)
                     if not Path(ckpt).exists():
-                        raise FileNotFoundError(f"checkpoint of {agent} for seed {seed}, env {env}: {ckpt} does not exist")
-                spec = {"agent": agent_cfg, "env": env_cfg, "episodes": episodes, "split": split,
-                        "seed": seed, "checkpoint": ckpt,
-                        "planner": planner if agent_cfg.get("name") == "sqp" else None}
+                        if missing == "skip":
+                            skipped.append((agent, env, seed, f"no checkpoint {ckpt}"))
+                            continue
+                        raise FileNotFoundError(f"checkpoint of {agent} for seed {seed}, env {env}: {ckpt} "
+                                                "does not exist (missing_checkpoints=skip leaves such cells out)")
+                try:
+                    cls = agent_class(name, family=env_cfg["family"])
+                    if not ckpt and getattr(cls, "needs_checkpoint", False) and missing == "skip":
+                        skipped.append((agent, env, seed, "no checkpoint"))
+                        continue
+                    check_agent(name, env_cfg["family"], ckpt)
+                except ValueError as e:
+                    raise ValueError(f"{agent} on {env}: {e}") from e
+                spec = {"agent": agent_cfg, "env": env_cfg, "episodes": episodes, "split": plain.get("split", "eval"),
+                        "seed": seed, "checkpoint": ckpt, "planner": plain.get("planner") if name == "sqp" else None}
                 cells.append((agent, env, seed, spec))
+    return cells, skipped
 
-    ran, skipped, results = [], [], {}
-    bar = None
-    if plain.get("progress", True):
-        try:
-            from tqdm import tqdm
 
-            bar = tqdm(total=len(cells), desc="benchmark", unit="cell")
-        except ImportError:  # pragma: no cover
-            bar = None
-    for agent, env, seed, spec in cells:
-        name = cell_name(agent, env, seed)
-        path = run_dir / "cells" / f"{name}.json"
-        done = json.loads(path.read_text()) if path.exists() else None
-        if done is not None and _same(done.get("spec"), spec):
-            skipped.append(name)
-        else:
-            t0 = time.perf_counter()
-            rows, _ = run_agent(spec["env"], spec["agent"], planner, episodes=episodes, split=split,
-                                seed=SEED_STRIDE * seed, checkpoint=spec["checkpoint"], progress=False)
-            done = {"spec": spec, "rows": rows, "aggregate": aggregate(rows),
-                    "wall_seconds": time.perf_counter() - t0}
-            write_json(path, done)
-            ran.append(name)
-        results[(agent, env, seed)] = done
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(cell=name)
-    if bar is not None:
-        bar.close()
+def run_benchmark(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) -> dict:
+    """Run (or complete) the matrix in ``run_dir``; returns ``{"summary": [...], "ran": [...],
+    "skipped": [...], "missing": [...], "tables": {env: markdown}}``."""
+    from .evaluate import run_agent
 
-    # pooled over seeds
-    episode_rows, summary = [], []
-    for env in envs_:
-        for agent in agents_:
-            rows = []
-            for seed in seeds:
-                for r in results[(agent, env, seed)]["rows"]:
-                    rows.append(r)
-                    episode_rows.append({"agent": agent, "env": env, "seed": seed, **r})
-            agg = aggregate(rows)
-            summary.append({"agent": agent, "env": env, "seeds": len(seeds), **agg})
-    write_csv(run_dir / "episodes.csv", episode_rows, EPISODE_FIELDS)
-    write_csv(run_dir / "summary.csv", [_flat(s) for s in summary])
-    table = markdown_table(summary)
-    write_atomic(run_dir / "table.md", table + "\n")
-    plot(summary, run_dir / "plots.png", title=f"{split} split, {episodes} tasks x {len(seeds)} seed(s)")
-    for s in summary:
-        logger.log({f"{s['agent']}/{s['env']}/{k}": s[k] for k, _, _ in PANELS}, step=0)
-    logger.log_artifact(run_dir / "table.md", name="benchmark-table", kind="result")
-    logger.log_artifact(run_dir / "plots.png", name="benchmark-plots", kind="result")
+    plain = to_plain(cfg)
+    cells, missing = plan_cells(plain)
+    run_dir = Path(run_dir)
+    (run_dir / "cells").mkdir(parents=True, exist_ok=True)
+    own_logger = logger is None
     if own_logger:
-        logger.finish()
-    return {"summary": summary, "ran": ran, "skipped": skipped, "table": table}
+        logger = make_logger(plain.get("logger"), run_dir, config=plain)
+    try:
+        ran, skipped, results = [], [], {}
+        bar = progress_bar(len(cells), "benchmark", bool(plain.get("progress", True)), unit="cell")
+        for agent, env, seed, spec in cells:
+            name = cell_name(agent, env, seed)
+            path = run_dir / "cells" / f"{name}.json"
+            done = json.loads(path.read_text()) if path.exists() else None
+            if done is not None and _same(done.get("spec"), spec):
+                skipped.append(name)
+            else:
+                t0 = time.perf_counter()
+                rows, _, metrics = run_agent(spec["env"], spec["agent"], spec["planner"], episodes=spec["episodes"],
+                                             split=spec["split"], seed=SEED_STRIDE * seed,
+                                             checkpoint=spec["checkpoint"])
+                done = {"spec": spec, "agent": agent_name(spec["agent"], spec["env"]), "metrics": metrics,
+                        "rows": rows, "aggregate": aggregate(rows, metrics), "wall_seconds": time.perf_counter() - t0}
+                write_json(path, done)
+                ran.append(name)
+                log.info("%s: %d episodes in %.0f s", name, len(rows), done["wall_seconds"])
+            results[(agent, env, seed)] = done
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(cell=name)
+        if bar is not None:
+            bar.close()
+        summary, episode_rows = pool(plain, results)
+        write_csv(run_dir / "episodes.csv", episode_rows)
+        write_csv(run_dir / "summary.csv", [_flat(s) for s in summary])
+        tables = markdown_tables(summary, missing, plain)
+        write_atomic(run_dir / "table.md", "\n\n".join(tables.values()) + "\n")
+        for env in tables:
+            rows = [s for s in summary if s["env"] == env]
+            if rows:
+                plot(rows, run_dir / "plots" / f"{env}.png")
+        for s in summary:
+            logger.log({f"{s['agent']}/{s['env']}/{k}": s[k] for k in ("success_rate", "latency_ms", "plan_seconds")
+                        if k in s}, step=0)
+        logger.log_artifact(run_dir / "table.md", name="benchmark-table", kind="result")
+    finally:
+        if own_logger:
+            logger.finish()
+    return {"summary": summary, "ran": ran, "skipped": skipped, "missing": missing, "tables": tables}
+
+
+def pool(plain: Mapping, results: Mapping) -> tuple[list[dict], list[dict]]:
+    """Per (env, agent), the seeds' episodes pooled and summarised; and every episode as a row."""
+    summary, episode_rows = [], []
+    for env in plain["envs"]:
+        for agent in plain["agents"]:
+            cells = [results[k] for k in results if k[0] == agent and k[1] == env]
+            if not cells:
+                continue
+            rows = []
+            for (a, e, seed), cell in results.items():
+                if a == agent and e == env:
+                    rows += cell["rows"]
+                    episode_rows += [{"agent": agent, "env": env, "seed": seed, **r} for r in cell["rows"]]
+            metrics = cells[0]["metrics"]
+            summary.append({"agent": agent, "resolved": cells[0]["agent"], "env": env, "seeds": len(cells),
+                            "metrics": metrics, **aggregate(rows, metrics)})
+    return summary, episode_rows
 
 
 def _flat(s: Mapping) -> dict:
     out = {}
     for k, v in s.items():
+        if k == "metrics":
+            continue
         if isinstance(v, (list, tuple)) and len(v) == 2:
             out[f"{k}_lo"], out[f"{k}_hi"] = v
         else:
@@ -169,64 +235,78 @@ def _flat(s: Mapping) -> dict:
     return out
 
 
-def markdown_table(summary: Sequence[Mapping]) -> str:
-    def ci(s, key, fmt):
-        lo, hi = s[f"{key}_ci95"] if key != "success_rate" else s["success_ci95"]
-        return f"{s[key]:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
-
-    lines = ["| agent | env | episodes | success [95 % CI] | in T [95 % CI] | spilled [95 % CI] | "
-             "latency ms [95 % CI] | return |", "|" + "---|" * 8]
-    for s in summary:
-        lines.append(f"| {s['agent']} | {s['env']} | {s['episodes']} | {ci(s, 'success_rate', '.2f')} | "
-                     f"{ci(s, 'mean_in_target', '.3f')} | {ci(s, 'mean_spilled', '.3f')} | "
-                     f"{ci(s, 'latency_ms', '.3g')} | {s['mean_return']:.3f} |")
-    return "\n".join(lines)
+def _ci(s: Mapping, name: str, fmt: str) -> str:
+    if name not in s or s[name] is None or (isinstance(s[name], float) and np.isnan(s[name])):
+        return "-"
+    lo, hi = s.get(ci_key(name), (s[name], s[name]))
+    n = f" (n={s[name + '_n']})" if f"{name}_n" in s else ""
+    return f"{s[name]:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]{n}"
 
 
-def plot(summary: Sequence[Mapping], path: Path, title: str = "") -> None:
+def markdown_tables(summary: Sequence[Mapping], missing: Sequence[tuple], plain: Mapping) -> dict[str, str]:
+    """One Markdown table per env (its own metrics as columns), the cells left out listed below."""
+    out = {}
+    split = plain.get("split", "eval")
+    for env in plain["envs"]:
+        rows = [s for s in summary if s["env"] == env]
+        gone = sorted({(a, why) for a, e, _, why in missing if e == env})
+        metrics = rows[0]["metrics"] if rows else {"success": "rate"}
+        names = summary_keys(metrics)
+        head = ["agent", "episodes", *[f"{k} [95 % CI]" for k in metrics], "plan s [95 % CI]",
+                "latency ms [95 % CI]", "return"]
+        lines = [f"### {env} ({split} split)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for s in rows:
+            label = s["agent"] if s["resolved"] == s["agent"] else f"{s['agent']} ({s['resolved']})"
+            cols = [label, str(s["episodes"]),
+                    *[_ci(s, names[k], ".2f" if kind != "mean" else ".3g") for k, kind in metrics.items()],
+                    _ci(s, "plan_seconds", ".3g"), _ci(s, "latency_ms", ".3g"), f"{s.get('mean_return', np.nan):.3f}"]
+            lines.append("| " + " | ".join(cols) + " |")
+        if gone:
+            lines += ["", "Not run: " + "; ".join(f"{a} ({why})" for a, why in gone) + "."]
+        out[env] = "\n".join(lines)
+    return out
+
+
+def plot(summary: Sequence[Mapping], path: Path) -> None:
+    """Bars with 95 % intervals for each metric of one env, and the latency (log scale)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    agents_ = list(dict.fromkeys(s["agent"] for s in summary))
-    envs_ = list(dict.fromkeys(s["env"] for s in summary))
-    by = {(s["agent"], s["env"]): s for s in summary}
-    fig, axes = plt.subplots(1, 4, figsize=(4 * 3.4, 3.6))
-    width = 0.8 / max(len(agents_), 1)
-    x = np.arange(len(envs_))
-    for ax, (key, label, ci_key) in zip(axes, PANELS):
-        for k, agent in enumerate(agents_):
-            vals = np.array([by[(agent, e)][key] for e in envs_], float)
-            lo = np.array([by[(agent, e)][ci_key][0] for e in envs_], float)
-            hi = np.array([by[(agent, e)][ci_key][1] for e in envs_], float)
-            err = np.vstack([np.maximum(vals - lo, 0), np.maximum(hi - vals, 0)])
-            ax.bar(x + (k - (len(agents_) - 1) / 2) * width, vals, width, yerr=err, capsize=3, label=agent)
-        ax.set_xticks(x, envs_, rotation=15)
-        ax.set_title(label)
-        if key == "latency_ms":
+    metrics = summary[0]["metrics"]
+    names = summary_keys(metrics)
+    panels = [(names[k], k, kind) for k, kind in metrics.items()] + [("latency_ms", "latency per decision (ms)", "log")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)
+    labels = [s["agent"] for s in summary]
+    x = np.arange(len(summary))
+    for ax, (name, title, kind) in zip(axes[0], panels):
+        vals = np.array([s.get(name, np.nan) for s in summary], float)
+        ci = np.array([s.get(ci_key(name), (np.nan, np.nan)) for s in summary], float)
+        err = np.vstack([np.maximum(vals - ci[:, 0], 0), np.maximum(ci[:, 1] - vals, 0)])
+        ax.bar(x, np.nan_to_num(vals), yerr=np.nan_to_num(err), capsize=3, color=[f"C{i}" for i in x])
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        if kind == "log":
             ax.set_yscale("log")
-        else:
+        elif kind in ("rate", "fraction"):
             ax.set_ylim(0, 1.05)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(agents_), fontsize=9, frameon=False)
-    fig.suptitle(f"taigym benchmark ({title}; bars: 95 % intervals)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.suptitle(f"{summary[0]['env']} (bars: 95 % intervals)", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path)
     plt.close(fig)
 
 
-@hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
-def main(cfg: DictConfig) -> dict:
-    from hydra.core.hydra_config import HydraConfig
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+@hydra_app("benchmark")
+def main(cfg: DictConfig, run_dir: Path) -> dict:
     out = run_benchmark(cfg, run_dir)
-    print(out["table"])
-    print(f"ran {len(out['ran'])} cell(s), skipped {len(out['skipped'])} already done -> "
-          f"{run_dir}/{{episodes.csv, summary.csv, table.md, plots.png}}")
+    for table in out["tables"].values():
+        log.info("\n%s", table)
+    log.info("ran %d cell(s), skipped %d already done, %d without a checkpoint -> %s/{episodes.csv, summary.csv, "
+             "table.md, plots/}", len(out["ran"]), len(out["skipped"]), len(out["missing"]), run_dir)
     figures = {f"{s['agent']}_{s['env']}_{k}": round(float(s[k]), 4) for s in out["summary"]
-               for k in ("success_rate", "mean_in_target", "mean_spilled", "latency_ms")}
+               for k in ("success_rate", "latency_ms") if k in s}
     print(json.dumps(figures))
     return figures
 

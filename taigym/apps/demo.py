@@ -2,7 +2,7 @@
 
     python -m taigym.apps.demo --out out/demo [--episodes 5] [--agents sqp scripted rh bc dagger random]
 
-``rh`` (seed 001) runs with the liquid network shipped with taigym. The learned agents
+``rh`` (Pan & Manocha 2017) runs with the liquid network shipped with taigym. The learned agents
 (``bc``, ``dagger``) are trained first, on the simplified Pour-v0 from the
 ``scripted`` expert (``TRAINING`` below: under a minute), in ``--out/train/<agent>``; a rerun
 reloads them (an interrupted training resumes). Then every agent runs on the first
@@ -46,13 +46,25 @@ def trained_agent(name: str, run_dir: Path, seed: int):
     """Train ``name`` (a key of ``TRAINING``) in ``run_dir``, or reload / resume it there."""
     import functools
 
-    from taigym.agents import bc, dagger
-    from taigym.apps.logging import NullLogger
+    from taigym.training import bc, dagger
+    from taigym.training.loggers import NullLogger
 
     make_env = functools.partial(gym.make, "taigym/Pour-v0", fidelity="simplified")
     module = {"bc": bc, "dagger": dagger}[name]
     cfg = dict(TRAINING[name], seed=seed, progress=False)
     return module.train(make_env, cfg, run_dir, NullLogger())
+
+
+def metrics_table(summaries: dict[str, dict]) -> str:
+    """A Markdown table of ``{agent name: agents.summarise(...)}`` on Pour-v0."""
+    lines = ["| agent | episodes | success | 95 % CI | in target | spilled | left in S | latency (ms) |",
+             "|" + "---|" * 8]
+    for name, s in summaries.items():
+        lo, hi = s["success_ci95"]
+        lines.append(f"| {name} | {s['episodes']} | {s['success_rate']:.2f} | [{lo:.2f}, {hi:.2f}] | "
+                     f"{s['mean_in_target']:.3f} | {s['mean_spilled']:.3f} | {s['mean_in_source']:.3f} | "
+                     f"{s['latency_ms']:.3f} |")
+    return "\n".join(lines)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -128,19 +140,15 @@ def main(argv: list[str] | None = None) -> dict:
         rows = agents.evaluate(env, agent, task_list, seed=args.seed,
                                video_frames=frames if k == 0 else None,
                                video_episodes=args.video_episodes)
-        summary = agents.summarise(rows)
-        summary["latency_ms"] = 1e3 * float(np.mean([r["act_seconds"] for r in rows]))
-        summaries[name] = summary
+        summaries[name] = agents.summarise(rows, agents.episode_metrics(env))
         rows_out += [{"agent": name, **{key: r[key] for key in
                                         ("task", "success", "in_target", "spilled", "in_source",
                                          "steps", "act_seconds", "sim_unstable")}} for r in rows]
-        print(f"{name}: {summary['success_rate']:.0%} success on {len(rows)} tasks "
+        print(f"{name}: {summaries[name]['success_rate']:.0%} success on {len(rows)} tasks "
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
     env.close()
 
-    table = agents.metrics_table(summaries)
-    table += "\n\n| agent | latency per decision (ms) |\n|---|---|\n" + "\n".join(
-        f"| {name} | {s['latency_ms']:.3f} |" for name, s in summaries.items())
+    table = metrics_table(summaries)
     print(table)
     write_atomic(args.out / "metrics.md", (table + "\n").encode())
     buf = io.StringIO()

@@ -11,7 +11,10 @@ Each trial samples the ``sweep.params`` search space (Optuna's TPE, or random), 
 ``sweep.eval_episodes`` eval-split tasks. The study lives in ``study.db`` (SQLite) in the run
 directory (``runs/sweep/<sweep.name>-<env.name>``): rerunning the command goes on where it
 stopped (trials cut short are rerun with the same sample, resuming their checkpoints), up to
-``sweep.n_trials`` complete trials. Writes ``trials.csv``, ``best.yaml`` (metric, value, the
+``sweep.n_trials`` complete trials; ``sweep.json`` records what the trials depend on (env,
+agent, ``sweep.fixed``, the search space, the metric, the evaluation), and a rerun that changes
+any of it is refused (a new ``sweep.name`` starts another study) instead of mixing trials of
+two configurations. Writes ``trials.csv``, ``best.yaml`` (metric, value, the
 best sample and the full agent config) and ``agent/best.yaml`` (that agent config alone:
 ``python -m taigym.apps.train --config-dir <run dir> agent=best``).
 
@@ -29,20 +32,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from ._common import to_plain, write_atomic, write_csv
+from .common import hydra_app, to_plain, trainer, write_atomic, write_csv, write_json
 
+log = logging.getLogger(__name__)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 SPEC_KEYS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
              "categorical": {"choices"}}
+#: sweep options that do not change what a trial trains or how it is scored (may change on a rerun)
+RUN_OPTIONS = ("n_trials", "backend", "workers", "ray_address")
 
 
 # ---------------------------------------------------------------------- search space
@@ -141,9 +147,8 @@ def run_sweep(cfg: DictConfig | Mapping, run_dir: str | Path) -> dict:
     backend = sweep.get("backend", "local")
     if backend not in ("local", "ray"):
         raise ValueError(f"sweep.backend must be local or ray, got {backend!r}")
-    from .train import trainer
-
     trainer(plain["agent"]["name"])              # fail now if the agent is not trainable
+    check_same_study(run_dir, study_identity(plain))
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = f"sqlite:///{run_dir / 'study.db'}"
@@ -160,7 +165,7 @@ def run_sweep(cfg: DictConfig | Mapping, run_dir: str | Path) -> dict:
 
     def finish(trial, params, result=None, error=None) -> None:
         if error is not None:
-            print(f"trial {trial.number} failed: {error}", flush=True)
+            log.warning("trial %d failed: %s", trial.number, error)
             study.tell(trial, state=TrialState.FAIL)
             return
         agg = result["aggregate"]
@@ -170,8 +175,9 @@ def run_sweep(cfg: DictConfig | Mapping, run_dir: str | Path) -> dict:
         trial.set_user_attr("seconds", round(result["seconds"], 2))
         trial.set_user_attr("dir", str(run_dir / "trials" / params_key(params)))
         trial.set_user_attr("success_rate", float(agg.get("success_rate", float("nan"))))
+        trial.set_user_attr("agent", trial_config(plain, params)["agent"])   # what the trial trained
         study.tell(trial, value)
-        print(f"trial {trial.number}: {metric}={value:.4f} ({result['seconds']:.0f} s) {params}", flush=True)
+        log.info("trial %d: %s=%.4f (%.0f s) %s", trial.number, metric, value, result["seconds"], params)
 
     ran = []
     max_failures = max(n_trials, 3)
@@ -191,6 +197,38 @@ def run_sweep(cfg: DictConfig | Mapping, run_dir: str | Path) -> dict:
     else:
         ran, failures = _run_ray(plain, study, space, run_dir, n_complete, finish, max_failures)
     return write_results(study, plain, run_dir, space, ran)
+
+
+def study_identity(plain: Mapping) -> dict:
+    """What the study's trials depend on: the env, agent, planner and seed, and the sweep's
+    options but those of :data:`RUN_OPTIONS` (``sweep.fixed``: the budget; the space; the metric)."""
+    sweep = {k: v for k, v in plain["sweep"].items() if k not in RUN_OPTIONS}
+    return json.loads(json.dumps({"env": plain["env"], "agent": plain["agent"], "planner": plain.get("planner"),
+                                  "seed": plain.get("seed", 0), "sweep": sweep}, default=str))
+
+
+def check_same_study(run_dir: Path, identity: dict) -> None:
+    """Record ``identity`` in ``run_dir/sweep.json``, or ``ValueError`` naming what differs from
+    the study already there (its trials were trained and scored another way)."""
+    path = run_dir / "sweep.json"
+    if not path.exists():
+        if (run_dir / "study.db").exists():
+            raise ValueError(f"{run_dir} holds a study without sweep.json (from an older taigym): its trials' "
+                             "settings are unknown; use a new sweep.name or delete the directory")
+        write_json(path, identity)
+        return
+    old = json.loads(path.read_text())
+    changed = sorted(_diff(old, identity))
+    if changed:
+        raise ValueError(f"{run_dir} holds a study run with other settings ({'; '.join(changed)}): its trials "
+                         "would not compare with new ones. Rerun with the same settings, give a new sweep.name, "
+                         "or delete the directory")
+
+
+def _diff(old, new, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new)) for d in _diff(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
 def _run_ray(plain, study, space, run_dir, n_complete, finish, max_failures):
@@ -251,7 +289,7 @@ def write_results(study, plain: Mapping, run_dir: Path, space: Mapping, ran: lis
     out: dict[str, Any] = {"trials": len(complete), "ran": ran, "best": None}
     if complete:
         best = study.best_trial
-        agent = trial_config(plain, best.params)["agent"]
+        agent = best.user_attrs.get("agent") or trial_config(plain, best.params)["agent"]
         sweep = plain["sweep"]
         summary = {"metric": sweep.get("metric", "mean_return"), "direction": sweep.get("direction", "maximize"),
                    "value": float(best.value), "trial": best.number, "complete_trials": len(complete),
@@ -264,18 +302,15 @@ def write_results(study, plain: Mapping, run_dir: Path, space: Mapping, ran: lis
     return out
 
 
-@hydra.main(config_path="../conf", config_name="sweep", version_base="1.3")
-def main(cfg: DictConfig) -> float | None:
-    from hydra.core.hydra_config import HydraConfig
-
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+@hydra_app("sweep")
+def main(cfg: DictConfig, run_dir: Path) -> float | None:
     out = run_sweep(cfg, run_dir)
     best = out["best"]
     if best is None:
-        print("no trial completed")
+        log.warning("no trial completed")
         return None
-    print(f"best of {out['trials']} trials: {best['metric']} = {best['value']:.4f} (trial {best['trial']}) "
-          f"{best['params']} -> {run_dir / 'best.yaml'}")
+    log.info("best of %d trials: %s = %.4f (trial %d) %s -> %s", out["trials"], best["metric"], best["value"],
+             best["trial"], best["params"], run_dir / "best.yaml")
     print(json.dumps({"trials": out["trials"], "ran": len(out["ran"]), "best_value": best["value"],
                       "best_params": best["params"]}))
     return best["value"]

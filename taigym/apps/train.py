@@ -1,69 +1,45 @@
-"""Train an agent: ``taigym.agents.<name>.train(make_env, cfg, run_dir, logger, expert)``.
+"""Train an agent with its trainer in :mod:`taigym.training` (``train(make_env, cfg, run_dir, logger, expert)``).
 
     python -m taigym.apps.train agent=ppo env=pour_simplified
     python -m taigym.apps.train agent=sac env=pour_simplified logger=wandb agent.total_timesteps=50000
-    python -m taigym.apps.train agent=dagger env=pour_simplified     # expert from agent.expert (sqp)
+    python -m taigym.apps.train agent=dagger env=pour_simplified     # learns from the env's expert (sqp)
+    python -m taigym.apps.train agent=bc env=transport agent.episodes=100   # from sfrrt's demonstrations
     python -m taigym.apps.train -m agent=ppo agent.learning_rate=1e-4,3e-4,1e-3   # Hydra multirun
 
-The trainable-agent contract: ``train`` writes checkpoints under ``run_dir`` (temporary file,
-then rename) every ``cfg["checkpoint_every"]`` units and resumes from them when called again on
-the same ``run_dir``. The run directory (``runs/train/<agent>/<env>/seed<k>/<overrides>``) depends
-only on the command, so rerunning an interrupted command resumes it; ``resume=<dir>`` resumes the
-run in another directory. ``cfg`` is the agent config without ``name``, ``expert`` and
-``expert_options``; ``expert`` is an agent built by ``taigym.agents.make(agent.expert, env)`` on
-an env of its own (``expert.env``; the ``planner`` group adds its options to an ``sqp`` expert).
+Trainable agents: ``bc``, ``dagger`` (from the env's expert, ``env.expert``, or ``agent.expert``),
+``rh`` (Pour-v0), ``ppo``, ``sac``. The trainable-agent contract: the trainer writes checkpoints
+under ``run_dir`` (temporary file, then rename) every ``cfg["checkpoint_every"]`` units and
+resumes from them when called again on the same ``run_dir``. The run directory
+(``runs/train/<agent>/<env>/seed<k>/<overrides>``) depends only on the command, so rerunning an
+interrupted command resumes it; ``resume=<dir>`` resumes the run in another directory. ``cfg``
+is the agent config without ``name``, ``expert`` and ``expert_options``; ``expert`` is an agent
+built by ``taigym.agents.make(agent.expert, env)`` on an env of its own (``expert.env``; the
+``planner`` group adds its options to an ``sqp`` expert).
 
-After training, the app saves the returned agent as ``<run_dir>/agent.<ext>`` (the module's
-``FINAL_CHECKPOINT``, default ``agent.pt``), logs it as an artifact and, with
-``eval_episodes > 0``, evaluates it on the eval split (``metrics.json``, ``eval/*`` metrics, a
-video of the first ``video_episodes``). Ends with one line of JSON. Config:
-``taigym/conf/train.yaml``; agent hyperparameters in ``taigym/conf/agent/<name>.yaml``.
+After training, the app saves the returned agent as ``<run_dir>/<its checkpoint_name>``
+(``agent.pt``; ``agent.zip`` for SB3), logs it as an artifact and, with ``eval_episodes > 0``,
+evaluates it on the eval split (``metrics.json``, ``eval/*`` metrics, a video of the first
+``video_episodes``). Ends with one line of JSON. Config: ``taigym/conf/train.yaml``; agent
+hyperparameters in ``taigym/conf/agent/<name>.yaml``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import hydra
 from omegaconf import DictConfig
 
-from ._common import (
-    agent_module,
-    agent_options,
-    build_agent,
-    env_factory,
-    expert_spec,
-    set_torch_threads,
-    to_plain,
-    write_atomic,
-)
-from .logging import make_logger
+from taigym.training.loggers import make_logger
 
+from .common import (agent_options, build_agent, count, env_factory, expert_spec, hydra_app, set_torch_threads,
+                     to_plain, trainer, write_atomic)
 
-class NotTrainableError(ValueError):
-    """The agent has no ``train`` function (experts, scripted and random agents)."""
-
-
-def trainer(name: str):
-    """The agent's module, checked to implement ``train``."""
-    from taigym import agents
-
-    module = agent_module(name)
-    if not callable(getattr(module, "train", None)):
-        trainable = []
-        for other in agents.available():
-            try:
-                if callable(getattr(agent_module(other), "train", None)):
-                    trainable.append(other)
-            except Exception:
-                pass
-        raise NotTrainableError(f"agent {name!r} is not trainable ({module.__name__} has no train()); "
-                                f"trainable agents: {', '.join(trainable) or 'none'}")
-    return module
+log = logging.getLogger(__name__)
 
 
 def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) -> dict:
@@ -71,7 +47,8 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
     plain = to_plain(cfg)
     agent_cfg, env_cfg, planner_cfg = plain["agent"], plain["env"], plain.get("planner")
     name = agent_cfg["name"]
-    module = trainer(name)
+    train = trainer(name)
+    episodes = count("eval_episodes", int(plain.get("eval_episodes", 0) or 0), 0)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     set_torch_threads(int(agent_cfg.get("torch_threads", 1) or 1))
@@ -82,7 +59,7 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
     split = plain.get("train_split")
     make = env_factory(env_cfg, **({"task_split": split} if split else {}))
     expert = None
-    spec = expert_spec(agent_cfg, planner_cfg)
+    spec = expert_spec(agent_cfg, planner_cfg, env_cfg)
     if spec is not None:
         expert = build_agent(spec[0], make(), spec[1])
     hp = agent_options(agent_cfg)
@@ -92,10 +69,10 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
         logger = make_logger(plain.get("logger"), run_dir, config=plain)
     try:
         t0 = time.perf_counter()
-        agent = module.train(make, hp, run_dir, logger, expert=expert)
+        agent = train(make, hp, run_dir, logger, expert=expert)
         train_seconds = time.perf_counter() - t0
         write_atomic(config_file, json.dumps(plain, indent=1, default=str))
-        final = run_dir / getattr(module, "FINAL_CHECKPOINT", "agent.pt")
+        final = run_dir / agent.checkpoint_name
         saved = agent.save(final)
         final = Path(saved) if isinstance(saved, (str, Path)) else final
         step = int(getattr(agent, "num_timesteps", 0) or 0)
@@ -103,7 +80,6 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
         logger.log_artifact(final, name=f"{name}-{env_cfg['name']}", kind="model")
         result: dict[str, Any] = {"agent": name, "env": env_cfg["name"], "run_dir": str(run_dir),
                                   "checkpoint": str(final), "train_seconds": round(train_seconds, 3)}
-        episodes = int(plain.get("eval_episodes", 0) or 0)
         if episodes > 0:
             from .evaluate import evaluate_cfg, headline
 
@@ -124,8 +100,8 @@ def _load_saved_config(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-@hydra.main(config_path="../conf", config_name="train", version_base="1.3")
-def main(cfg: DictConfig) -> float | None:
+@hydra_app("train")
+def main(cfg: DictConfig, run_dir: Path) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     if cfg.get("resume"):
@@ -139,13 +115,10 @@ def main(cfg: DictConfig) -> float | None:
         dotted = [o for o in HydraConfig.get().overrides.task
                   if "." in o.split("=", 1)[0] and not o.startswith(("+", "~", "hydra."))]
         cfg = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.from_dotlist(dotted))
-    else:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
     result = run_training(cfg, run_dir)
     ev = result.get("eval", {})
-    print(f"{result['agent']}: trained in {result['train_seconds']:.0f} s -> {result['checkpoint']}"
-          + (f"; eval success {ev['success_rate']:.0%}, in T {ev['mean_in_target']:.3f}, "
-             f"spilled {ev['mean_spilled']:.3f}" if ev else ""))
+    log.info("%s: trained in %.0f s -> %s%s", result["agent"], result["train_seconds"], result["checkpoint"],
+             f"; eval success {ev['success_rate']:.0%}" if ev else "")
     print(json.dumps(result))
     return ev.get("mean_return") if ev else None
 

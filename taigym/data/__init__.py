@@ -2,14 +2,17 @@
 
 * :class:`Episode`: one rolled-out episode with the expert's label at every visited state
   (``labels``), the actions actually applied (``actions``: the same for pure expert demos,
-  the beta-mixture's for DAgger) and the env's metrics per step.
+  the beta-mixture's for DAgger), the env's metrics per step and the task it ran
+  (``task.to_dict()``).
 * :func:`save_episode` / :func:`load_episode`: one ``.npz`` per episode, written atomically
   (temporary file + ``os.replace``), so an interrupted collection loses at most the episodes
   in progress.
 * :func:`write_minari` / :func:`read_minari`: Minari datasets (``minari.load_dataset``
-  compatible; HDF5 storage). Observations are the env's, actions the expert's labels, and the
-  infos hold per-step ``in_source``, ``in_target``, ``spilled``, ``in_flight``, ``success``,
-  ``time`` and the train-split ``task_index``.
+  compatible; HDF5 storage). Observations are the env's, actions the ones applied, and the
+  infos hold per step the env's episode metrics, ``time`` (and the liquid envs' ``in_source``
+  and ``in_flight``) and the split's ``task_index``. Each episode's metadata holds its reset
+  seed and ``options={"task": <the task's to_dict() as JSON>}``: :func:`replay` resets an env
+  (``dataset.recover_environment()``) with them and applies the actions.
 * :func:`transitions`: (obs, label, episode id) arrays for supervised learning, optionally
   capped at a number of expert labels.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import warnings
@@ -30,13 +34,12 @@ from typing import Any
 
 import numpy as np
 
-INFO_KEYS = ("in_source", "in_target", "spilled", "in_flight", "success", "time")
-
 
 @dataclass
 class Episode:
     """One episode: ``obs`` has T+1 rows (the last is the final observation), ``labels`` and
-    ``actions`` T rows; ``infos`` maps :data:`INFO_KEYS` to arrays of T+1 values."""
+    ``actions`` T rows; ``infos`` maps info keys (:func:`taigym.data.collect.info_keys`) to
+    arrays of T+1 values; ``task`` is the task's ``to_dict()``."""
 
     obs: np.ndarray
     labels: np.ndarray
@@ -52,6 +55,7 @@ class Episode:
     expert_plans: int = 0           # planner calls (replans) spent on this episode
     expert_seconds: float = 0.0     # wall time inside the expert
     learner_steps: int = 0          # steps on which the learner's action was applied
+    task: dict | None = None        # the task's to_dict() (reset(options={"task": ...}) reruns it)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -71,6 +75,8 @@ def episode_bytes(ep: Episode) -> bytes:
                                           "truncations")}
     arrays.update({f"info_{k}": v for k, v in ep.infos.items()})
     arrays.update({k: np.asarray(getattr(ep, k)) for k in _SCALARS})
+    if ep.task is not None:
+        arrays["task_json"] = np.asarray(json.dumps(ep.task))
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
@@ -87,13 +93,14 @@ def load_episode(path: str | Path) -> Episode:
     with np.load(path) as z:
         d = {k: z[k] for k in z.files}
     infos = {k[5:]: d.pop(k) for k in list(d) if k.startswith("info_")}
+    task = json.loads(str(d.pop("task_json"))) if "task_json" in d else None
     kw = {k: d.pop(k) for k in ("obs", "labels", "actions", "rewards", "terminations", "truncations")}
     scal = {}
     for f in fields(Episode):
         if f.name in _SCALARS and f.name in d:
             v = d[f.name].item()
             scal[f.name] = bool(v) if f.name == "success" else v
-    return Episode(infos=infos, **kw, **scal)
+    return Episode(infos=infos, task=task, **kw, **scal)
 
 
 def transitions(episodes, max_labels: int | None = None):
@@ -171,7 +178,8 @@ def write_minari(episodes, dataset_id: str, env, *, root: str | Path | None = No
         infos = {k: np.asarray(v) for k, v in ep.infos.items()}
         infos["task_index"] = np.full(T + 1, int(ep.task_index), np.int64)
         buffers.append(EpisodeBuffer(
-            id=i, seed=int(ep.seed), observations=np.asarray(ep.obs), actions=np.asarray(ep.labels),
+            id=i, seed=int(ep.seed), options=None if ep.task is None else {"task": json.dumps(ep.task)},
+            observations=np.asarray(ep.obs), actions=np.asarray(ep.actions),
             rewards=np.asarray(ep.rewards, np.float64), terminations=np.asarray(ep.terminations, bool),
             truncations=np.asarray(ep.truncations, bool), infos=infos))
     staging = root / ".staging" / f"assemble-{os.getpid()}"
@@ -211,25 +219,54 @@ def open_minari(dataset: str | Path, root: str | Path | None = None):
         return minari.load_dataset(str(dataset), download=False)
 
 
+def episode_metadata(dataset) -> list[dict]:
+    """Each episode's metadata (``id``, ``seed``, ``options``; the task as JSON under
+    ``options["task"]``) of a Minari dataset, in episode order."""
+    return list(dataset.storage.get_episode_metadata(dataset.episode_indices))
+
+
+def episode_task(metadata: dict) -> dict | None:
+    """The task (``to_dict()``) an episode's metadata holds, or None."""
+    text = (metadata.get("options") or {}).get("task")
+    return json.loads(text) if text is not None else None
+
+
 def read_minari(dataset) -> list[Episode]:
     """The episodes of a Minari dataset (an object, a path or an id) as :class:`Episode`
     objects (``labels`` = ``actions`` = the dataset's actions)."""
     ds = open_minari(dataset) if isinstance(dataset, (str, Path)) else dataset
     out = []
-    for e in ds.iterate_episodes():
+    for e, meta in zip(ds.iterate_episodes(), episode_metadata(ds)):
         infos = {k: np.asarray(v) for k, v in (e.infos or {}).items()}
         ti = int(infos.pop("task_index", np.array([-1]))[0]) if "task_index" in infos else -1
         obs = np.asarray(e.observations)
         if obs.ndim != 2:
-            raise ValueError("only flat Box observations are supported (obs_mode features or lip)")
+            raise ValueError("only flat Box observations are supported (Pour-v0: obs_mode features or lip)")
         acts = np.asarray(e.actions, np.float32)
         succ = bool(infos["success"][-1]) if "success" in infos else False
+        seed = meta.get("seed")
         out.append(Episode(obs=obs, labels=acts, actions=acts, rewards=np.asarray(e.rewards),
                            terminations=np.asarray(e.terminations), truncations=np.asarray(e.truncations),
-                           infos=infos, task_index=ti, seed=int(e.id), success=succ,
-                           expert_labels=len(acts)))
+                           infos=infos, task_index=ti, seed=int(e.id if seed is None else seed), success=succ,
+                           expert_labels=len(acts), task=episode_task(meta)))
     return out
 
 
-__all__ = ["Episode", "INFO_KEYS", "dataset_exists", "datasets_root", "load_episode", "minari_root",
-           "open_minari", "read_minari", "save_episode", "transitions", "write_minari"]
+def replay(env, episode: Episode) -> tuple[dict, list[float]]:
+    """Reset ``env`` to ``episode``'s task and seed and apply its actions: the last ``info`` and
+    the rewards. On the env the dataset was recorded in (``recover_environment()``) it ends as
+    recorded: the envs are deterministic for a given seed and task."""
+    if episode.task is None:
+        raise ValueError("the episode holds no task (recorded before tasks were stored): it cannot be replayed")
+    _, info = env.reset(seed=int(episode.seed), options={"task": episode.task})
+    rewards = []
+    for action in episode.actions:
+        _, reward, terminated, truncated, info = env.step(np.asarray(action, np.float32))
+        rewards.append(float(reward))
+        if terminated or truncated:
+            break
+    return info, rewards
+
+
+__all__ = ["Episode", "dataset_exists", "datasets_root", "episode_metadata", "episode_task", "load_episode",
+           "minari_root", "open_minari", "read_minari", "replay", "save_episode", "transitions", "write_minari"]

@@ -1,4 +1,4 @@
-"""Seed 001's TRANSFER+ZERO / TRANSFER+FOLLOW dataset: CMA-ES pours and their visited states.
+"""Pan & Manocha 2017's TRANSFER+ZERO / TRANSFER+FOLLOW dataset: CMA-ES pours and their visited states.
 
 Problem i is drawn from the Pour task distribution (``taigym.envs.pour_tasks.sample_task``:
 relative position of S and T, T's speed, fill 0.3-0.8, viscosity, T's shape) with a

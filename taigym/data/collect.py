@@ -22,6 +22,7 @@ env, **expert.cfg)``); the learner travels as a NumPy copy of its weights.
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import pickle
@@ -32,7 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import INFO_KEYS, Episode, load_episode, save_episode
+from taigym.agents.metrics import episode_metrics
+
+from . import Episode, load_episode, save_episode
 
 RELABEL = ("auto", "replan", "none", "outflow")
 # relabel="outflow": the fraction of the liquid that must have left S (in_source below 1 - this)
@@ -40,19 +43,24 @@ RELABEL = ("auto", "replan", "none", "outflow")
 OUTFLOW_FRACTION = 0.01
 
 
+def can_replan(expert) -> bool:
+    """Whether ``expert`` plans again from the state in a step's ``info`` (``expert.replan(info)``:
+    ``sqp``); an agent says so with ``replans_from_info = True``."""
+    return bool(getattr(expert, "replans_from_info", False))
+
+
 def check_can_replan(relabel: str, expert) -> None:
     """ValueError when ``relabel`` ("replan", "outflow") asks ``expert`` to replan and it cannot."""
-    if relabel in ("replan", "outflow") and not hasattr(expert, "replan"):
+    if relabel in ("replan", "outflow") and not can_replan(expert):
         raise ValueError(f"relabel={relabel!r} needs an expert that can replan (replan(info), e.g. sqp); "
                          f"{getattr(expert, 'name', expert)!r} cannot (use relabel='none')")
 
 
-def task_family(env) -> str:
-    """The task family of an env (``taigym/Pour-v0`` -> ``pour``)."""
-    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
-    env_id = spec.id if spec is not None else "taigym/Pour-v0"
-    name = env_id.split("/")[-1].split("-v")[0]
-    return name.lower()
+def info_keys(env, info: dict) -> list[str]:
+    """The per-step ``info`` entries an episode records: the env's episode metrics, the time and
+    the liquid in flight where the env reports them (numbers and booleans only)."""
+    keys = [*episode_metrics(env), "time", "in_source", "in_flight", "sim_unstable"]
+    return [k for k in dict.fromkeys(keys) if isinstance(info.get(k), (bool, int, float, np.bool_, np.number))]
 
 
 def expert_spec(expert) -> tuple[str, dict]:
@@ -69,31 +77,31 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
         raise ValueError(f"relabel must be one of {RELABEL}, got {relabel!r}")
     if not (isinstance(replan_every, int) and replan_every >= 1):
         raise ValueError(f"replan_every must be an integer >= 1, got {replan_every!r}")
-    replan = relabel == "replan" or (relabel == "auto" and policy is not None and hasattr(expert, "replan"))
+    replan = relabel == "replan" or (relabel == "auto" and policy is not None and can_replan(expert))
     at_outflow = relabel == "outflow"
     check_can_replan(relabel, expert)
     rng = np.random.default_rng(mix_seed if mix_seed is not None else [int(seed), 7])
     obs, info = env.reset(seed=int(seed), options={"task": task})
-    expert.reset(seed=int(seed))
+    t0 = time.perf_counter()
+    expert.reset(seed=int(seed))                 # an expert may plan here (sfrrt, stance)
+    exp_time = time.perf_counter() - t0
     if hasattr(policy, "reset"):
         policy.reset()                   # a NumpyPolicy keeps the episode's first observation
+    keys = info_keys(env, info)
     obs_l, lab_l, act_l, rew_l, term_l, trunc_l = [np.asarray(obs).copy()], [], [], [], [], []
-    info_l = {k: [float(info[k])] for k in INFO_KEYS}
-    plans, exp_time, learner = 0, 0.0, 0
+    info_l = {k: [float(info[k])] for k in keys}
+    learner = 0
     terminated = truncated = False
     step = 0
     while not (terminated or truncated):
-        prev_plan = getattr(expert, "plan", None)
         t0 = time.perf_counter()
         if replan and step % replan_every == 0:
             expert.replan(info)
-        elif at_outflow and prev_plan is not None and float(info["in_source"]) < 1.0 - OUTFLOW_FRACTION:
+        elif at_outflow and step > 0 and float(info["in_source"]) < 1.0 - OUTFLOW_FRACTION:
             expert.replan(info)
             at_outflow = False
         label = np.asarray(expert.act(obs, info), np.float32)
         exp_time += time.perf_counter() - t0
-        if getattr(expert, "plan", None) is not prev_plan:
-            plans += 1
         step += 1
         if policy is not None and (beta < 1.0 and rng.random() >= beta):
             action = np.asarray(policy(obs), np.float32)
@@ -107,13 +115,20 @@ def rollout(env, expert, *, task, seed: int, task_index: int = -1, policy: Calla
         rew_l.append(float(reward))
         term_l.append(bool(terminated))
         trunc_l.append(bool(truncated))
-        for k in INFO_KEYS:
+        for k in keys:
             info_l[k].append(float(info[k]))
     return Episode(obs=np.stack(obs_l), labels=np.stack(lab_l), actions=np.stack(act_l),
                    rewards=np.asarray(rew_l), terminations=np.asarray(term_l), truncations=np.asarray(trunc_l),
                    infos={k: np.asarray(v) for k, v in info_l.items()}, task_index=int(task_index),
                    seed=int(seed), success=bool(info["success"]), expert_labels=len(lab_l),
-                   expert_plans=plans, expert_seconds=exp_time, learner_steps=learner)
+                   expert_plans=int(getattr(expert, "plans", 0)), expert_seconds=exp_time,
+                   learner_steps=learner, task=task_dict(task))
+
+
+def task_dict(task) -> dict | None:
+    """``task.to_dict()`` (plain JSON: lists for tuples), or None for a task without one."""
+    to_dict = getattr(task, "to_dict", None)
+    return json.loads(json.dumps(to_dict())) if to_dict is not None else None
 
 
 def make_job(task_index: int, task, *, seed: int, beta: float = 1.0, relabel: str = "none",
@@ -284,4 +299,4 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):
     return tqdm(total=total, initial=initial, desc=desc, unit="ep", file=sys.stderr, dynamic_ncols=True)
 
 
-__all__ = ["collect", "expert_spec", "make_job", "rollout", "task_family"]
+__all__ = ["can_replan", "check_can_replan", "collect", "expert_spec", "info_keys", "make_job", "rollout", "task_dict"]

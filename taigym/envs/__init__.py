@@ -38,6 +38,21 @@ def tasks(family: str, split: str = "train") -> tuple:
     return pour_tasks(split)
 
 
+def family_of(env) -> str:
+    """The task family of an env (``taigym/Pour3D-v0`` -> ``pour3d``), from its spec's id (any
+    fidelity of Pour-v0 is ``pour``), else from its class (``Pour3DEnv`` -> ``pour3d``)."""
+    spec = getattr(env, "spec", None) or getattr(env.unwrapped, "spec", None)
+    if spec is not None and spec.id.startswith("taigym/"):
+        name = spec.id.split("/")[-1].split("-v")[0]
+    else:
+        name = type(env.unwrapped).__name__.removesuffix("Env")
+    family = name.lower()
+    if family not in FAMILIES:
+        raise ValueError(f"{spec.id if spec is not None else type(env.unwrapped).__name__} is not a taigym env "
+                         f"(families: {', '.join(FAMILIES)})")
+    return family
+
+
 def _register() -> None:
     if "taigym/Pour-v0" not in gym.registry:
         gym.register(id="taigym/Pour-v0", entry_point="taigym.envs.pour:PourEnv",
@@ -54,4 +69,4 @@ def _register() -> None:
 
 _register()
 
-__all__ = ["FAMILIES", "tasks"]
+__all__ = ["FAMILIES", "family_of", "tasks"]

@@ -1,4 +1,5 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (seed 003).
+"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane
+2011, multi-contact planning).
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
@@ -19,6 +20,8 @@ within 2 cm of the bar's surface, released when the command stops.
 | 21, 22 | right, left hand grip command | > 0 grips (if near a bar), <= 0 releases |
 
 ``control="torque"``: the same with 0-20 joint torques as fractions of the torque limits.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -56,7 +59,8 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 
 ## Info (every step, including reset)
 
-``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``contacts``
+``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``stances`` (stances
+reached: changes of the set of limbs in contact that held for 0.25 s), ``contacts``
 (dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
 ``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``.
 
@@ -69,6 +73,12 @@ the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a 
 ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
 ``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
 the progress, alive and effort terms are per control step.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``stances``; ``metadata["episode_metrics"]`` declares what
+  evaluations report.
 """
 
 from __future__ import annotations
@@ -82,10 +92,12 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import CONTROL_DT
 
+from .checks import check_action
 from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
 
-CONTROL_DT = 0.05
+STANCE_HOLD = 0.25          # s: a new set of limbs in contact counts in info["stances"] once held this long
 PHYSICS_DT = 1.0 / 240.0
 OBS_SIZE = 64
 GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surfaces
@@ -105,7 +117,8 @@ def _number(name: str, value: Any, lo: float, hi: float) -> float:
 class MultiContactEnv(gym.Env):
     """Humanoid multi-contact locomotion in pybullet (module docstring)."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 20,
+                "episode_metrics": {"success": "rate", "fell": "rate", "goal_distance": "mean", "stances": "mean"}}
 
     def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "pd",
                  horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
@@ -188,6 +201,7 @@ class MultiContactEnv(gym.Env):
         self._target = self.robot.get_state()[2]
         self._dist = self._goal_distance()
         self._torque = np.zeros(hum.N_JOINTS)
+        self._stance, self._pending, self._held, self.stances = self._limbs_in_contact(), None, 0.0, 0
         info = self._info(fell=False, violation=False, unstable=False)
         return self._obs(), info
 
@@ -195,9 +209,7 @@ class MultiContactEnv(gym.Env):
     def step(self, action):
         if self.robot is None:
             raise RuntimeError("call reset() before step()")
-        a = np.clip(np.asarray(action, dtype=np.float64).reshape(-1), -1.0, 1.0)
-        if a.shape != (hum.N_JOINTS + 2,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be {hum.N_JOINTS + 2} finite numbers, got shape {a.shape}")
+        a = np.clip(check_action(action, self.action_space), -1.0, 1.0)
         rob, c = self.robot, self.client
         joints = [int(j) for j in rob.joints]
         if self.control == "pd":
@@ -226,6 +238,7 @@ class MultiContactEnv(gym.Env):
         progress = self._dist - dist
         self._dist = dist
         success = (not fell) and self._success()
+        self._count_stance()
         effort = float(np.mean((self._torque / hum.TORQUE_LIMITS) ** 2))
         r_prog = self.progress_weight * progress
         r_eff = -self.effort_weight * effort
@@ -275,6 +288,21 @@ class MultiContactEnv(gym.Env):
                 out.add(names.get(cp[3], "?"))
         return out
 
+    def _limbs_in_contact(self) -> frozenset:
+        return frozenset(limb for limb, on in self.contacts().items() if on)
+
+    def _count_stance(self) -> None:
+        """``stances``: a new set of limbs in contact counts once it has held for STANCE_HOLD."""
+        now = self._limbs_in_contact()
+        if now == self._stance:
+            self._pending = None
+            return
+        if now != self._pending:
+            self._pending, self._held = now, 0.0
+        self._held += self.control_dt
+        if self._held >= STANCE_HOLD - 1e-9:
+            self._stance, self._pending, self.stances = now, None, self.stances + 1
+
     def contacts(self) -> dict[str, bool]:
         touching = self._touching_links()
         return {limb: hum.LIMB_LINK[limb] in touching or (limb in hum.HANDS and self._grasps[limb] is not None)
@@ -318,7 +346,8 @@ class MultiContactEnv(gym.Env):
 
     def _info(self, *, fell: bool, violation: bool, unstable: bool) -> dict:
         return {"success": bool(not fell and self._success()), "fell": bool(fell), "sim_unstable": bool(unstable),
-                "time": float(self.time), "goal_distance": float(self._dist), "contacts": self.contacts(),
+                "time": float(self.time), "goal_distance": float(self._dist), "stances": int(self.stances),
+                "contacts": self.contacts(),
                 "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
                 "contact_violation": bool(violation), "family": self.task.family,
                 "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}

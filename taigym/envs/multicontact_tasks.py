@@ -1,7 +1,7 @@
 """MultiContact tasks: scene families that need more than feet, their sampler and fixed splits.
 
-A :class:`MultiContactTask` is one locomotion problem of seed 003 (Bouyarmane, multi-contact
-planning): the humanoid starts standing on the floor at x = 0 facing +x, and must reach the
+A :class:`MultiContactTask` is one locomotion problem in the manner of Bouyarmane & Kheddar
+(multi-contact planning): the humanoid starts standing on the floor at x = 0 facing +x, and must reach the
 task's goal (its feet near ``goal``) across an obstacle. SI units, z up.
 
 ================  =============================================================================
@@ -22,7 +22,7 @@ family            scene (sampled ranges)
                   rung-spacing up; goal: the feet on the third rung
 ================  =============================================================================
 
-Seed 003's contacts are between a robot link surface and an environment surface, at a position
+Bouyarmane & Kheddar's contacts are between a robot link surface and an environment surface, at a position
 (x, y) and yaw on that surface. :meth:`MultiContactTask.surfaces` lists the environment
 surfaces as :class:`Surface` records (planes and bars, each with a 1-D position coordinate u
 along its tangent; the lateral coordinate is fixed by the limb's side). ``taigym.envs.tasks(
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import bounded_float
+from .checks import bounded_float
 
 FAMILIES = ("step", "gap", "slope", "ladder")
 SPLIT_SIZES = {"train": 1000, "eval": 100}
@@ -180,7 +180,7 @@ class MultiContactTask:
         return 0.15 if self.family == "ladder" else 0.3
 
     def surfaces(self) -> list[Surface]:
-        """The environment contact surfaces of seed 003's contacts (module docstring)."""
+        """The environment contact surfaces of Bouyarmane & Kheddar's contacts (module docstring)."""
         s, f = self.start, self.family
         feet, hands, left = ("right_foot", "left_foot"), ("right_hand", "left_hand"), ("left_hand",)
         up = (0.0, 0.0, 1.0)

@@ -168,12 +168,10 @@ def joint_step(q: np.ndarray, qd: np.ndarray, action, max_speed, dt: float):
     """One control step of joint velocity actions (Pour3D-v0 and Transport3D-v0): ``action``
     (7 numbers, clipped to [-1, 1]) sets the joint velocities at the step's end as fractions of
     ``max_speed`` (rad/s); they change linearly over the step, so the angles move by the
-    trapezoid rule. A joint that would leave its limits stops at it. Returns (the clipped
-    action, q1, qd1, whether a limit stopped a joint)."""
-    a = np.asarray(action, dtype=np.float64).reshape(-1)
-    if a.shape != (7,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"action must be 7 finite numbers in [-1, 1], got {action!r}")
-    a = np.clip(a, -1.0, 1.0)
+    trapezoid rule. A joint that would leave its limits stops at it. ``action`` is checked
+    by the env (``checks.check_action``). Returns (the clipped action, q1, qd1, whether a
+    limit stopped a joint)."""
+    a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0)
     qd1 = a * max_speed
     q1 = q + 0.5 * (qd + qd1) * dt
     clipped = bool(np.any(q1 < JOINT_LOW) or np.any(q1 > JOINT_HIGH))

@@ -1,6 +1,6 @@
 """``taigym/Pour-v0``: pour liquid from a source container S into a moving target T (2D).
 
-This is seed 001's pouring problem (Pan & Manocha 2017, §IV-VI) at kitchen scale, simulated by
+This is Pan & Manocha 2017's pouring problem (§IV-VI) at kitchen scale, simulated by
 the FLIP solver of ``taigym.sim``. The task (``env.unwrapped.task``, a frozen
 :class:`~taigym.envs.pour_tasks.PourTask`) fixes both containers, T's constant velocity, the fill
 level, the viscosity, whether the liquid starts at rest (TRANSFER+ZERO) or moving with S
@@ -12,7 +12,7 @@ kinematically by the agent; T moves at its constant velocity and bounces off the
 that keeps it on the table (``task.target_pose_at(t)`` gives its whole trajectory). Poses are
 those of the containers' frames: origin at the centre of the inner bottom, y along the axis,
 theta counter-clockwise (pouring to the right means theta < 0). Obstacles (``task.obstacles``,
-e.g. seed 000's tall block between S and T; sampled tasks have none) are static solid boxes
+e.g. Pan & Manocha 2016's tall block between S and T; sampled tasks have none) are static solid boxes
 (x_centre, y_centre, width, height); liquid cannot pass through them, and liquid resting on one
 is spilled.
 
@@ -30,10 +30,12 @@ theta is kept in [-2.5, 2.5] rad. A component of the move that would make S's so
 T's or an obstacle (deeper than it already does; for obstacles, also on the way, so that S
 cannot jump through a thin box), go below the floor or leave the scene is not applied (the
 others are, if they are valid on their own); ``info["action_clipped"]`` says when that happened.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
-``obs_mode="features"`` (default; seed 001 Fig. 4a): a float32 vector, every entry bounded:
+``obs_mode="features"`` (default; Pan & Manocha 2017, Fig. 4a): a float32 vector, every entry bounded:
 
 | index | observation | unit | range |
 |-------|-------------|------|-------|
@@ -67,7 +69,7 @@ resolution):
 
 | term | value |
 |------|-------|
-| target | seed 001's R_p = (W - dist)/W, clipped to [0, 1], for each particle entering T this step (dist: distance from T's opening centre where it crosses the opening, W: half the opening width), minus the R_p earned earlier by each particle that leaves T; summed and divided by N |
+| target | Pan & Manocha 2017's R_p = (W - dist)/W, clipped to [0, 1], for each particle entering T this step (dist: distance from T's opening centre where it crosses the opening, W: half the opening width), minus the R_p earned earlier by each particle that leaves T; summed and divided by N |
 | spill | ``-spill_penalty`` (default 2) times the increase of the spilled fraction |
 | smoothness | ``-smoothness_penalty`` (default 1e-3) times ``||a_t - a_{t-1}||^2`` |
 
@@ -110,13 +112,19 @@ and batch size, which saves Taichi's kernel compilation. The batched version is
 ## Fidelity
 
 ``fidelity="particles"`` (default) simulates the liquid with the FLIP solver.
-``fidelity="simplified"`` replaces it with seed 000's reduced model (``taigym.envs.
+``fidelity="simplified"`` replaces it with Pan & Manocha 2016's reduced model (``taigym.envs.
 pour_simplified``): the liquid in S is its volume and mean outflow speed, identified from FLIP
 pours (``scripts/sysid_pour.py``); what leaves S follows the outflow parabola and counts as in T
 if it comes down through T's opening, else as spilled once it lands. Same spaces, moves,
 clipping, rewards and info keys (``n_particles`` is 0); no ``particles`` observation; the
 heightfield and lip heights come from the flat free surface that holds the volume. Thousands of
 steps per second, for RL and for planning.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
+  the dynamics).
 """
 
 from __future__ import annotations
@@ -130,20 +138,22 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from taigym.sim.constants import MAX_PROBE_COLUMNS
+from taigym.sim.constants import CONTROL_DT, GRAVITY, MAX_PROBE_COLUMNS
+from taigym.sim.geometry import densify
 
 from . import render as _render
-from ._checks import reset_options
+from .checks import check_action, reset_options
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, pour_tasks, sample_task)
 
-CONTROL_DT = 0.05
 ACTION_SCALE = np.array([0.025, 0.025, 0.1])      # per step: m, m, rad
 TILT_LIMIT = 2.5                                  # rad
 EMPTY_FRACTION = 0.02
 SETTLED_FRACTION = 0.005
 SUCCESS_IN_TARGET = 0.9
 SUCCESS_MAX_SPILLED = 0.05
+#: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
+EPISODE_METRICS = {"success": "rate", "in_target": "fraction", "spilled": "fraction", "in_source": "fraction"}
 HISTORY = 4                                       # frames of heightfield / lip height
 OBS_MODES = ("features", "lip", "particles", "rgb")
 FIDELITIES = ("particles", "simplified")
@@ -156,7 +166,6 @@ N_BODIES = 2 + MAX_OBSTACLES
 PARKED_BOX_SIZE = 0.005                           # m
 PARKED_POSE = (-0.1, -0.1, 0.0)
 N_STATE = 32 + 4 * MAX_OBSTACLES
-GRAVITY = -9.81
 _EPS = 1e-6
 
 
@@ -250,7 +259,7 @@ class PourConfig:
         set_("spill_penalty", _check_number("spill_penalty", self.spill_penalty, 0.0, 1e6))
         set_("smoothness_penalty", _check_number("smoothness_penalty", self.smoothness_penalty, 0.0, 1e6))
         if self.fidelity not in FIDELITIES:
-            raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or seed 000's "
+            raise ValueError(f"fidelity must be one of {FIDELITIES} (the FLIP solver or Pan & Manocha 2016's "
                              f"reduced model), got {self.fidelity!r}")
         if self.fidelity == "simplified" and self.obs_mode == "particles":
             raise ValueError("obs_mode='particles' needs fidelity='particles': the simplified "
@@ -362,15 +371,6 @@ def to_world(points: np.ndarray, pose) -> np.ndarray:
     return points @ _rot(pose[2]) + pose[:2]
 
 
-def _densify(chain: np.ndarray, step: float) -> np.ndarray:
-    out = [chain[:1]]
-    for a, b in zip(chain[:-1], chain[1:]):
-        n = max(int(math.ceil(np.linalg.norm(b - a) / step)), 1)
-        t = np.arange(1, n + 1)[:, None] / n
-        out.append(a + t * (b - a))
-    return np.concatenate(out)
-
-
 class _Walls:
     """A container's wall solid (capsule chain) prepared for fast distance queries."""
 
@@ -418,7 +418,7 @@ def _solid_box(shape) -> tuple[float, float, float, float]:
     return float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])
 
 
-def _shape_features(shape) -> np.ndarray:
+def shape_features(shape) -> np.ndarray:
     onehot = [float(shape.shape == s) for s in ALL_SHAPES]
     p = shape.params
     if shape.shape == "frustum":
@@ -493,20 +493,20 @@ class _TaskGeometry:
 
         self.source = source = task.source_shape(wall_thickness)
         self.target = target = task.target_shape(wall_thickness)
-        self.solid_pts = _densify(np.asarray(source.walls), 0.75 * source.radius)
+        self.solid_pts = densify(source.walls, 0.75 * source.radius)
         self.s_region = _Region(source)
         self.t_walls = _Walls(target)
         self.s_box, self.t_box = _solid_box(source), _solid_box(target)
         self.fill_area = source.liquid_area(task.fill)
         self.tables = outflow_tables(source)
-        # from seed 000's lookup tables (within 2e-3 rad of ``Container.max_tilt_angle``, ~20x
+        # from Pan & Manocha 2016's lookup tables (within 2e-3 rad of ``Container.max_tilt_angle``, ~20x
         # faster)
         self.max_tilt = self.tables.max_lean(self.fill_area)
         n_obst = len(task.obstacles)
         self.state = np.concatenate([
             np.zeros(12), [task.fill, math.log10(max(task.viscosity, 1e-4))],
             [0.0],  # time, filled in per step
-            _shape_features(source), [self.max_tilt], _shape_features(target),
+            shape_features(source), [self.max_tilt], shape_features(target),
             np.ravel(task.obstacles), np.zeros(4 * (MAX_OBSTACLES - n_obst))])
         for a in (self.solid_pts, self.state):
             a.setflags(write=False)
@@ -524,7 +524,7 @@ def task_geometry(task: PourTask, wall_thickness: float) -> _TaskGeometry:
 _WORLD_POOL: dict[tuple, list] = {}
 
 
-class _Member:
+class Member:
     """Host-side state of one scene of the batch."""
 
     def __init__(self) -> None:
@@ -571,7 +571,7 @@ class PourBatch:
         self.world = None
         self._key = None
         self._slots: list[list] = []   # (shape, pose) in each member's obstacle slots of the world
-        self.members = [_Member() for _ in range(self.B)]
+        self.members = [Member() for _ in range(self.B)]
         self.state_lo, self.state_hi = state_bounds()
         self.obs_space = observation_space(cfg)
         if cfg.obs_mode in ("features", "lip"):
@@ -674,7 +674,7 @@ class PourBatch:
         columns = self._probe_columns(source)
         w.set_height_probe(None if columns is None else SOURCE, columns,
                            (-source.radius, 1.5 * source.height), member=b)
-        lip_l, lip_r = target.lips     # seed 001's R_p and the spill level: T's opening
+        lip_l, lip_r = target.lips     # Pan & Manocha 2017's R_p and the spill level: T's opening
         w.set_target_opening(TARGET, target.opening_centre, 0.5 * float(np.linalg.norm(lip_r - lip_l)),
                              member=b)
         w.reseed(jitter_seed, member=b)
@@ -685,7 +685,7 @@ class PourBatch:
         self._finish_reset(b, w.fractions(b), np.zeros(0) if frames is None else frames[0])
 
     def _init_member(self, b: int, task: PourTask, geo: _TaskGeometry,
-                     obst: list[tuple]) -> _Member:
+                     obst: list[tuple]) -> Member:
         """Member b's geometry, poses, clock and per-task state vector (any fidelity)."""
         m = self.members[b]
         source, target = geo.source, geo.target
@@ -753,7 +753,7 @@ class PourBatch:
 
     # ------------------------------------------------------------------ geometry
     @staticmethod
-    def _near(m: _Member, x: float, y: float, theta: float, t_pose) -> tuple[bool, bool]:
+    def _near(m: Member, x: float, y: float, theta: float, t_pose) -> tuple[bool, bool]:
         """(S's solid may touch T's, S's solid may cross the scene's edges) at pose (x, y,
         theta): a broad phase on bounding boxes (S's local one rotated, so conservative)."""
         c, s = math.cos(theta), math.sin(theta)
@@ -772,7 +772,7 @@ class PourBatch:
         W, H = DOMAIN
         return near_t, (sx0 < 0.0 or sy0 < 0.0 or sx1 > W or sy1 > H)
 
-    def _penetration(self, m: _Member, pose: np.ndarray,
+    def _penetration(self, m: Member, pose: np.ndarray,
                      t_pose: np.ndarray) -> tuple[float, float, float]:
         """(penetration of S's solid into T's, into the floor or scene edges, into the deepest
         obstacle), m. S's solid is sampled every 3/4 wall radius along its centreline (error <
@@ -801,7 +801,7 @@ class PourBatch:
         pen_o = self._obstacle_penetration(m, pose, pts) if near_o else 0.0
         return pen_t, pen_e, pen_o
 
-    def _obstacle_penetration(self, m: _Member, pose: np.ndarray,
+    def _obstacle_penetration(self, m: Member, pose: np.ndarray,
                               pts: np.ndarray | None = None) -> float:
         """Penetration (m) of S's solid at ``pose`` into the deepest obstacle (``pts``: S's
         sampled solid at that pose, if already computed)."""
@@ -813,7 +813,7 @@ class PourBatch:
             pts = to_world(m.solid_pts, pose)
         return max(0.0, max(m.source.radius - float(_box_sdf(pts, o).min()) for o in near))
 
-    def _swept_obstacle_penetration(self, m: _Member, cur: np.ndarray, p: np.ndarray) -> float:
+    def _swept_obstacle_penetration(self, m: Member, cur: np.ndarray, p: np.ndarray) -> float:
         """Deepest penetration (m) of S's solid into an obstacle at the poses between ``cur`` and
         ``p``, sampled so that no solid point moves further than ``m.obst_step`` between two of
         them (a move of up to 2.5 cm could otherwise jump over a thin box)."""
@@ -825,7 +825,7 @@ class PourBatch:
             pen = max(pen, self._obstacle_penetration(m, cur + (k / n) * d))
         return pen
 
-    def _clip_move(self, m: _Member, delta, t_next: np.ndarray):
+    def _clip_move(self, m: Member, delta, t_next: np.ndarray):
         """S's next pose under the displacement ``delta`` (dx, dy, dtheta; m, m, rad); components
         that would push S's solid deeper into T's, an obstacle (at the new pose or on the way),
         the floor or the scene's edges are dropped.
@@ -902,7 +902,7 @@ class PourBatch:
         inv_h = np.array([1.0 / m.source.height for m in ms])[:, None]
         return np.minimum(np.maximum(heights * inv_h, 0.0), 1.5)
 
-    def _fill_state(self, m: _Member, st: np.ndarray) -> bool:
+    def _fill_state(self, m: Member, st: np.ndarray) -> bool:
         """Write the per-step entries of the state vector (``st[:N_STATE]``, unclipped); returns
         False if they are surely free of nan (the per-task entries are finite: validated)."""
         x, y, th = m.s_pose.tolist()
@@ -916,7 +916,7 @@ class PourBatch:
         st[14] = t = m.time / self.cfg.horizon
         return math.isnan(sum(per_step) + t)             # (inf - inf too: a harmless false alarm)
 
-    def _state(self, m: _Member) -> np.ndarray:
+    def _state(self, m: Member) -> np.ndarray:
         st = m.state_buf
         self._fill_state(m, st)
         out = np.minimum(np.maximum(st, self.state_lo), self.state_hi).astype(np.float32)
@@ -988,7 +988,7 @@ class PourBatch:
         w.advance(dt)
         self._after_step(plans, w.unstable_members())
 
-    def _advance_clock(self, m: _Member, s_next, s_vel, t_next, t_vel) -> None:
+    def _advance_clock(self, m: Member, s_next, s_vel, t_next, t_vel) -> None:
         """Move member m's poses, velocities and clock on by one control step."""
         m.s_vel, m.t_vel = s_vel, t_vel
         m.s_pose, m.t_pose = s_next, t_next
@@ -997,7 +997,7 @@ class PourBatch:
 
     def _after_step(self, plans: list[tuple], unstable: np.ndarray) -> None:
         """The stepped members' rewards, fractions and features, from what the solver measured
-        in its step (seed 001's R_p as the world's target score, fractions, heightfields);
+        in its step (Pan & Manocha 2017's R_p as the world's target score, fractions, heightfields);
         ``plans`` as ``_moves`` gives them."""
         if not plans:
             return
@@ -1084,13 +1084,13 @@ class PourBatch:
             return []
         c, u = est
         tau = np.linspace(0.0, 0.6, 40)[:, None]
-        pts = c + u * tau + 0.5 * np.array([0.0, GRAVITY]) * tau ** 2
+        pts = c + u * tau + 0.5 * np.array([0.0, -GRAVITY]) * tau ** 2
         pts = pts[pts[:, 1] >= 0.0]
         return [(pts, _render.PARABOLA_COLOUR)] if len(pts) > 1 else []
 
 
 def make_batch(cfg: PourConfig, batch_size: int = 1) -> PourBatch:
-    """The batch of the config's fidelity: the FLIP solver or seed 000's reduced model."""
+    """The batch of the config's fidelity: the FLIP solver or Pan & Manocha 2016's reduced model."""
     if cfg.fidelity == "simplified":
         from .pour_simplified import SimplifiedPourBatch
 
@@ -1101,7 +1101,8 @@ def make_batch(cfg: PourConfig, batch_size: int = 1) -> PourBatch:
 # ---------------------------------------------------------------------- the env
 class PourEnv(gym.Env):
     __doc__ = __doc__
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, **kwargs):
         self.cfg = make_config(**kwargs)
@@ -1149,7 +1150,7 @@ class PourEnv(gym.Env):
     def step(self, action):
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        self._batch.step(np.asarray(action, dtype=np.float64).reshape(1, 3), None)
+        self._batch.step(check_action(action, self.action_space).reshape(1, 3), None)
         reward, terminated, truncated = self._batch.outcome(0)
         return (self._batch.observation(0), reward, terminated, truncated,
                 dict(self._batch.members[0].info))

@@ -1,5 +1,6 @@
 """``taigym/Pour3D-v0``: a Franka Panda pours liquid from an axisymmetric source container S into
-a fixed target T on a counter, past box obstacles (seeds 000 and 004 in 3D).
+a fixed target T on a counter, past box obstacles (Pan & Manocha 2016 and Pan, Park & Manocha
+2016, in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client,
 :class:`taigym.envs.panda.PandaArm`) holds S from the side, its hand's approach axis horizontal,
@@ -19,6 +20,8 @@ trapezoid rule), as in Transport3D-v0. A step that would leave the joint limits 
 joints at them; a step that would bring the arm into a box, T or the counter, S's wall into
 T's wall, a box or the counter (deeper than it already is), or S out of the liquid's box is
 not taken: the arm stops where it was (``info["action_clipped"]``, ``info["collision"]``).
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -67,12 +70,24 @@ the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0)
 ## Arguments
 
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or
-``reset(options={"task": ...})``), ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
+``reset(options={"task": ...})``, which runs a given task exactly); ``container`` (S's shape, one
+of ``oval``, ``cup``, ``frustum``), ``fill`` ((0, 1]) and ``viscosity`` (Pa s, [0, 0.5]): each,
+unless None, fixes that field of every sampled task, as Pour-v0's arguments of the same names
+(the other fields are drawn as before; T is still deepened to hold 1.5x S's liquid; not with
+``task_split``); ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
 [0.0035, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
-only one: no reduced 3D model yet).
+only one: no reduced 3D model yet). A closed env hands its liquid solver to the next env made
+with the same ``dx`` and ``arch`` (``taigym.sim.pool``): making envs again costs no Taichi
+compilation and no new memory.
+
+## Version history
+
+* v0 (2026-11-24): initial version.
+* v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
+  the dynamics).
 """
 
 from __future__ import annotations
@@ -85,21 +100,24 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from ._checks import reset_options
+from ..sim import pool
+from ..sim.constants import CONTROL_DT
+from ..sim.geometry import densify
+from .checks import bounded_float, check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, _densify, _shape_features)
+from .pour import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
+                   SUCCESS_MAX_SPILLED, shape_features)
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
+from .pour_tasks import MAX_VISCOSITY
 from .transport3d_tasks import HOME
 
-CONTROL_DT = 0.05
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
 DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
 OBS_SIZE = 52 + 7 * MAX_OBSTACLES
 SOURCE, TARGET = 0, 1                # body handles in the world; boxes after them
 PARKED = (-0.2, -0.2, -0.2, 0.0, 0.0, 0.0)    # an unused box slot: outside the domain
-MIN_CAPACITY = 16000                 # particles: S's liquid in most tasks at the default dx
+MIN_CAPACITY = 16000                 # particles: more than S's liquid in any sampled task at DEFAULT_DX
 
 
 def wall_thickness(dx: float) -> float:
@@ -131,7 +149,7 @@ class PlaneScene:
         self.t_pose = np.array([sec.target_position[0], sec.target_position[1], 0.5 * self.size[2]])
         self.boxes = task.obstacles_in_plane()
         r = self.source.radius
-        rz = _densify(np.asarray(self.source.walls), r)
+        rz = densify(self.source.walls, r)
         phi = np.linspace(0.0, 2 * math.pi, 24, endpoint=False)
         self.wall_points = np.stack([np.outer(rz[:, 0], np.cos(phi)), np.repeat(rz[:, 1:], 24, 1),
                                      np.outer(rz[:, 0], np.sin(phi))], -1).reshape(-1, 3)
@@ -175,13 +193,28 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 class Pour3DEnv(gym.Env):
     __doc__ = __doc__
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
-    def __init__(self, task_split: str | None = None, horizon: float = 5.0, dx: float = DEFAULT_DX,
-                 render_mode: str | None = None, render_size=(320, 512), spill_penalty: float = 2.0,
-                 smoothness_penalty: float = 1e-3, arch: str = "cpu", fidelity: str = "particles"):
+    def __init__(self, task_split: str | None = None, container: str | None = None,
+                 fill: float | None = None, viscosity: float | None = None, horizon: float = 5.0,
+                 dx: float = DEFAULT_DX, render_mode: str | None = None, render_size=(320, 512),
+                 spill_penalty: float = 2.0, smoothness_penalty: float = 1e-3, arch: str = "cpu",
+                 fidelity: str = "particles"):
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if container is not None and container not in SOURCE_SHAPES:
+            raise ValueError(f"container must be None (sampled) or one of {', '.join(SOURCE_SHAPES)}; "
+                             f"got {container!r}")
+        # the task fields they fix, as Pour-v0's arguments of the same names
+        self._fixed = {"source_container": container,
+                       "fill": None if fill is None else bounded_float("fill", fill, 0.0, 1.0, lo_open=True),
+                       "viscosity": None if viscosity is None else
+                       bounded_float("viscosity", viscosity, 0.0, MAX_VISCOSITY)}
+        fixed = [k for k, v in (("container", container), ("fill", fill), ("viscosity", viscosity)) if v is not None]
+        if task_split is not None and fixed:
+            raise ValueError(f"task_split={task_split!r} draws whole tasks from the split; it cannot "
+                             f"be combined with {', '.join(fixed)}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
             raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
         if not (isinstance(dx, (int, float)) and 0.0035 <= dx <= 0.012):
@@ -223,7 +256,7 @@ class Pour3DEnv(gym.Env):
             split = pour3d_tasks(self.task_split)
             task = split[int(self.np_random.integers(len(split)))]
         else:
-            task = sample_task(self.np_random)
+            task = sample_task(self.np_random, **self._fixed)
         if self.arm is None:
             self.arm = PandaArm(HOME)         # S upright in the hand at HOME
         scene = PlaneScene(task, self.wall)
@@ -247,19 +280,26 @@ class Pour3DEnv(gym.Env):
         from taigym.sim import Box3, World3D
 
         need = int(1.1 * task.source_shape(self.wall).liquid_volume(task.fill) / (0.5 * self.dx) ** 3) + 64
-        capacity = max(MIN_CAPACITY, need)
         pose = scene.sim_pose(*self.arm.container_pose(self.q))
         t_pose = (*scene.t_pose, 0.0, 0.0, 0.0)
-        if self.world is None or self._capacity < need:
-            self._capacity = capacity
-            # ceil: the grid's cells are at most dx, so that walls of 2 dx are two cells thick
-            w = World3D(size=scene.size, cells=math.ceil(scene.size[0] / self.dx), viscosity=task.viscosity,
-                        arch=self.arch, max_particles=capacity, settle_speed=SETTLE_SPEED)
-            w.add_body(scene.source, pose)
-            w.add_body(scene.target, t_pose)
-            for _ in range(MAX_OBSTACLES):
-                w.add_body(Box3(0.01, 0.01, 0.01), PARKED)
-            self.world = w.build()
+        if self.world is not None and self._capacity < need:
+            self._release_world()
+        if self.world is None:
+            # MIN_CAPACITY times a power of 2: few distinct worlds in the pool (sim.pool)
+            self._capacity = MIN_CAPACITY << max(0, math.ceil(math.log2(need / MIN_CAPACITY)))
+
+            def build():
+                # ceil: the grid's cells are at most dx, so that walls of 2 dx are two cells thick
+                w = World3D(size=scene.size, cells=math.ceil(scene.size[0] / self.dx),
+                            viscosity=task.viscosity, arch=self.arch, max_particles=self._capacity,
+                            settle_speed=SETTLE_SPEED)
+                w.add_body(scene.source, pose)
+                w.add_body(scene.target, t_pose)
+                for _ in range(MAX_OBSTACLES):
+                    w.add_body(Box3(0.01, 0.01, 0.01), PARKED)
+                return w.build()
+
+            self.world = pool.take(self._pool_key(), build)
         w = self.world
         w.clear_liquid()
         w.set_body(SOURCE, scene.source, pose)
@@ -277,7 +317,8 @@ class Pour3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
+        a = check_action(action, self.action_space)
+        a, q1, qd1, self.clipped = joint_step(self.q, self.qd, a, MAX_JOINT_SPEED, CONTROL_DT)
         pose0 = self.pose
         pose1 = self.scene.sim_pose(*self.arm.container_pose(q1))
         self.collision = self._blocked(q1, pose0, pose1)
@@ -350,8 +391,8 @@ class Pour3DEnv(gym.Env):
         t, sc = self.task, self.scene
         t_open = sc.origin + sc.R @ (sc.t_pose + [0.0, t.target_height, 0.0])
         s_open = self.position + self.axis * t.source_height
-        s_feat = _shape_features(sc.section.source_shape(self.wall))
-        t_feat = _shape_features(sc.section.target_shape(self.wall))
+        s_feat = shape_features(sc.section.source_shape(self.wall))
+        t_feat = shape_features(sc.section.target_shape(self.wall))
         s_hot = [float(t.source_container == s) for s in SOURCE_SHAPES]
         t_hot = [float(t.target_container == s) for s in TARGET_SHAPES]
         head = [*self.q, *self.qd, *self.position, *self.axis, *self.velocity, *t_open, *(t_open - s_open),
@@ -379,7 +420,19 @@ class Pour3DEnv(gym.Env):
                             w.positions()[:, :2], w.velocities()[:, :2], particle_size=0.5 * self.dx,
                             polylines=[(links, (120, 120, 120))], boxes=sc.section.obstacles)
 
+    def _pool_key(self) -> tuple:
+        return ("Pour3D-v0", self.dx, self._capacity, self.arch)
+
+    def _release_world(self) -> None:
+        pool.give(self._pool_key(), self.world)
+        self.world = None
+
     def close(self):
+        """Disconnect the arm's pybullet client; hand the liquid's solver to the next env with
+        the same grid and capacity (``taigym.sim.pool``)."""
         if self.arm is not None:
             self.arm.close()
             self.arm = None
+        if self.world is not None:
+            self._release_world()
+            self.task = None

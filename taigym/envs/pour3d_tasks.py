@@ -1,5 +1,5 @@
-"""Pour3D tasks (seeds 000 and 004 in 3D): a Franka Panda pours from an axisymmetric source
-container S into a fixed target T on a counter, past box obstacles.
+"""Pour3D tasks (Pan & Manocha 2016 and Pan, Park & Manocha 2016 in 3D): a Franka Panda pours from
+an axisymmetric source container S into a fixed target T on a counter, past box obstacles.
 
 Coordinates are the robot's (pybullet's): z up, the arm's base at the origin. The counter top
 is at z = :data:`COUNTER_HEIGHT` (the arm is mounted beside the counter, its base 0.4 m lower:
@@ -14,7 +14,7 @@ its base, since its wrist joint 6 ends at 3.75 rad). A :class:`Pour3DTask` fixes
 * the fill (liquid height / S's height, at rest), the viscosity (Pa s);
 * up to :data:`MAX_OBSTACLES` boxes (centre x, y, z and half extents, m) standing on the counter.
 
-The pour happens in the vertical plane through S's start and T (seed 000 plans there on S's
+The pour happens in the vertical plane through S's start and T (Pan & Manocha 2016 plans there on S's
 axisymmetric cross-section): :meth:`Pour3DTask.plane` gives its frame, in which the liquid is
 simulated (x from S towards T, y up from the counter, z across), and :meth:`Pour3DTask.section`
 the task's cross-section in that plane as a 2D Pour task (``taigym.envs.pour_tasks.PourTask``).
@@ -24,7 +24,7 @@ the task's cross-section in that plane as a 2D Pour task (``taigym.envs.pour_tas
 robot's y axis, 0.5-0.6 m in front of its base, within 25 cm of its x axis, 15-40 cm apart either way, S's inner bottom
 3-12 cm above T's rim; S 6-9 cm wide (a bottle's body; its neck 0.45-0.6 of that), 8-12 cm tall,
 fill 0.3-0.8; T 8-12 cm wide, 6-10 cm tall, holding at least 1.5x S's liquid; viscosity
-log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`seed000_scenes` has seed 000's two scenes.
+log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`seed000_scenes` has Pan & Manocha 2016's two scenes.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
-from .pour_tasks import MAX_VISCOSITY, PourTask, _params, _vector, task_from_dict, task_to_dict
+from .checks import bounded_float, finite_tuple, param_items
+from .pour_tasks import MAX_VISCOSITY, PourTask, task_from_dict, task_to_dict
 
 COUNTER_HEIGHT = 0.5                 #: m, the counter top above the arm's base
 #: the counter as a box (cx, cy, cz, hx, hy, hz), m: in front of the arm, down to its base
@@ -103,9 +103,9 @@ class Pour3DTask:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
             set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.02, 0.14))
             set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.03, 0.16))
-            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
-        set_("source_position", _vector("source_position", self.source_position, 3))
-        set_("target_position", _vector("target_position", self.target_position, 2))
+            set_(f"{role}_params", param_items(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_position", finite_tuple("source_position", self.source_position, 3))
+        set_("target_position", finite_tuple("target_position", self.target_position, 2))
         for k, (name, (lo, hi)) in enumerate(zip("xyz", REACH)):
             if not lo <= self.source_position[k] <= hi:
                 raise ValueError(f"source_position's {name} must be in [{lo:g}, {hi:g}] m (the arm's "
@@ -186,7 +186,7 @@ class Pour3DTask:
                 for b in self.obstacles]
 
     def section(self, wall_thickness: float = 0.01) -> PourTask:
-        """The task in the pour plane as a 2D Pour task (seed 000's cross-section): S and T
+        """The task in the pour plane as a 2D Pour task (Pan & Manocha 2016's cross-section): S and T
         through their axes, T static on the floor (the counter; :data:`TARGET_LIFT`), each box's extent along the
         plane where it meets the plane (boxes that miss the plane are left out)."""
         _, _, (L, H, D) = self.plane()
@@ -230,8 +230,14 @@ def as_task(value: Any) -> Pour3DTask:
 
 
 # ---------------------------------------------------------------------- sampling
-def sample_task(rng: np.random.Generator) -> Pour3DTask:
-    """Draw a task from the distribution of the module docstring (``Generator.random`` only)."""
+def sample_task(rng: np.random.Generator, *, source_container: str | None = None,
+                fill: float | None = None, viscosity: float | None = None) -> Pour3DTask:
+    """Draw a task from the distribution of the module docstring (``Generator.random`` only).
+
+    Any argument given fixes that variable, as ``pour_tasks.sample_task`` does: the generator
+    is advanced by the same draws (a fixed variable consumes its own), so the others do not
+    change, and T is still deepened to hold 1.5x S's liquid at the fixed fill.
+    """
     u = iter(rng.random(16).tolist())
 
     def uni(lo: float, hi: float) -> float:
@@ -241,6 +247,7 @@ def sample_task(rng: np.random.Generator) -> Pour3DTask:
         return options[min(int(next(u) * len(options)), len(options) - 1)]
 
     s_shape, outer_w, s_h, a, b = pick(SOURCE_SHAPES), uni(0.06, 0.09), uni(0.08, 0.12), uni(0, 1), uni(0, 1)
+    s_shape = source_container if source_container is not None else s_shape
     s_w, s_params = outer_w, {}
     if s_shape == "frustum":
         s_params = {"bottom_width": (0.5 + 0.3 * a) * outer_w}
@@ -254,7 +261,9 @@ def sample_task(rng: np.random.Generator) -> Pour3DTask:
                 "cup": {"corner_radius": (0.1 + 0.2 * c) * t_w}}.get(t_shape, {})
     x, d, sign = uni(0.5, 0.6), uni(0.15, 0.4), pick((-1.0, 1.0))
     y_s = uni(-0.25, 0.25 - d) if sign > 0 else uni(-0.25 + d, 0.25)
-    gap, fill, mu = uni(0.03, 0.12), uni(0.3, 0.8), 10.0 ** uni(-3.0, -1.0)
+    gap, f, mu = uni(0.03, 0.12), uni(0.3, 0.8), 10.0 ** uni(-3.0, -1.0)
+    fill = float(fill) if fill is not None else f
+    mu = float(viscosity) if viscosity is not None else mu
     task = Pour3DTask(source_container=s_shape, source_width=s_w, source_height=s_h,
                       source_params=s_params, target_container=t_shape, target_width=t_w,
                       target_height=t_h, target_params=t_params, source_position=(x, y_s, 0.0 + REACH[2][1]),
@@ -279,7 +288,7 @@ def pour3d_tasks(split: str = "train") -> tuple[Pour3DTask, ...]:
 
 
 def seed000_scenes(viscosity: float = 1e-3) -> dict[str, Pour3DTask]:
-    """Seed 000's two scenes in 3D, as ``pour_tasks.seed000_scenes`` in 2D: S a bottle (4 cm
+    """Pan & Manocha 2016's two scenes in 3D, as ``pour_tasks.seed000_scenes`` in 2D: S a bottle (4 cm
     neck on an 8 cm body, 12 cm tall, fill 0.6), T a 10 cm wide, 8 cm tall cylinder, 40 cm
     apart along the robot's y axis, 55 cm in front of its base.
 

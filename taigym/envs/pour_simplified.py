@@ -1,13 +1,13 @@
-"""The liquid of ``taigym/Pour-v0`` with ``fidelity="simplified"``: seed 000's reduced model.
+"""The liquid of ``taigym/Pour-v0`` with ``fidelity="simplified"``: Pan & Manocha 2016's reduced model.
 
 Instead of particles, the liquid in S is its volume V and outflow speed u
 (:class:`taigym.models.simplified.SimplifiedLiquid`). What leaves S in a step is a packet that
-follows the outflow path (seed 000's parabola with the jet's identified horizontal drag); it
+follows the outflow path (Pan & Manocha 2016's parabola with the jet's identified horizontal drag); it
 lands where that path comes down through T's rim height:
-inside T's opening it counts as in T (earning seed 001's R_p for its distance from the opening
+inside T's opening it counts as in T (earning Pan & Manocha 2017's R_p for its distance from the opening
 centre), anywhere else, or if it hits an obstacle on the way, as spilled. Until it lands it is in
 flight. The free surface in S is flat at the level that holds V (the lookup tables), which gives
-the heightfield and lip observations. Liquid in T stays there (seed 000 ignores T's dynamics).
+the heightfield and lip observations. Liquid in T stays there (Pan & Manocha 2016 ignore T's dynamics).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ import math
 
 import numpy as np
 
-from taigym.models.simplified import (GRAVITY, SimplifiedLiquid, fit_for, jet_drag, landing,
-                                      path_x)
+from taigym.models.simplified import SimplifiedLiquid, fit_for, jet_drag, landing, path_x
+from taigym.sim.constants import GRAVITY
 
-from .pour import CONTROL_DT, DOMAIN, PourBatch, _Member, _render
+from . import render as _render
+from .pour import CONTROL_DT, DOMAIN, Member, PourBatch
 
 _FLIGHT_SAMPLES = 8             # points per outflow path checked against the obstacles
 
@@ -78,7 +79,7 @@ class SimplifiedMember:
         if known (else computed or read from the cache)."""
         self.task, self.source, self.target = task, source, target
         self.v0 = source.liquid_area(task.fill) if v0 is None else v0
-        # the liquid starts at rest, or moving with S (seed 001's TRANSFER+FOLLOW)
+        # the liquid starts at rest, or moving with S (Pan & Manocha 2017's TRANSFER+FOLLOW)
         follow = task.liquid_velocity == "follow"
         self.liquid = SimplifiedLiquid(source, self.v0, fit_for(task.source_container, task.viscosity),
                                        tables, velocity=tuple(task.source_velocity) if follow else (0.0, 0.0))
@@ -247,19 +248,19 @@ class SimplifiedPourBatch(PourBatch):
         self._prepare_columns(m)
         self._finish_reset(b, self._liquid_fractions(m), self._frame(m, None))
 
-    def _prepare_columns(self, m: _Member) -> None:
+    def _prepare_columns(self, m: Member) -> None:
         cfg = self.cfg
         m.columns, m.col_scale, m.col_clip = _lines(m.source, cfg.obs_mode, cfg.heightfield_bins,
                                                     cfg.dx)
 
-    def _liquid_fractions(self, m: _Member) -> dict:
+    def _liquid_fractions(self, m: Member) -> dict:
         q = m.liq
         in_s, in_t, spilled = q.in_source, q.in_target, q.spilled
         # in_flight as SimplifiedMember.in_flight, without reading in_source twice
         return {"in": {0: in_s, 1: in_t}, "spilled": spilled,
                 "in_flight": max(0.0, 1.0 - in_s - in_t - spilled)}
 
-    def _frame(self, m: _Member, loc) -> list | np.ndarray:
+    def _frame(self, m: Member, loc) -> list | np.ndarray:
         if self.cfg.obs_mode not in ("features", "lip"):
             return np.zeros(0)
         y = m.liq.column_heights(m.s_pose.tolist(), m.columns, m.col_scale, m.col_clip)

@@ -1,15 +1,15 @@
 """Pour tasks: the frozen dataclass, its sampler and the fixed train/eval splits.
 
-A :class:`PourTask` is one instance of seed 001's pouring problem (§VI-A, Fig. 4c): a source
+A :class:`PourTask` is one instance of Pan & Manocha 2017's pouring problem (§VI-A, Fig. 4c): a source
 container S holding liquid, a target container T moving at constant velocity, the fill level,
 the viscosity and the initial liquid velocity (TRANSFER+ZERO: at rest; TRANSFER+FOLLOW: moving
 with S). Everything is in SI units; poses are those of the containers' frames (origin at the
 centre of the inner bottom, y along the axis, DESIGN.md §2).
 
-Kitchen scaling of seed 001's distribution (the paper's workspace is metres-large):
+Kitchen scaling of Pan & Manocha 2017's distribution (the paper's workspace is metres-large):
 
 =====================  ===========================  =========================================
-variable               seed 001                     here (``sample_task``)
+variable               Pan & Manocha 2017           here (``sample_task``)
 =====================  ===========================  =========================================
 S - T, horizontal      [-3, 0] m                    x_S - x_T in [-0.40, -0.05] m (S on the
                                                     left, as in the paper)
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
+from .checks import bounded_float, finite_tuple, param_items
 
 DOMAIN = (0.8, 0.5)                 #: (width, height) of the pouring scene, m
 TARGET_BOUNDS = (0.12, 0.68, 0.03, 0.09)  #: box (x_lo, x_hi, y_lo, y_hi) of T's frame origin, m
@@ -62,27 +62,6 @@ MAX_OBSTACLES = 2                   #: static boxes per task (the env's world ha
 OBSTACLE_SIZE = (0.005, 0.5)        #: m, range of an obstacle's width and height
 _SPLIT_SEEDS = {"train": (20260301, 0), "eval": (20260301, 1), "val": (20260301, 3)}
 _EXTRA_TRAIN_SEED = (20260301, 2)   #: extra_train_task: more tasks from the train distribution
-
-
-def _vector(name: str, value: Any, size: int) -> tuple[float, ...]:
-    try:
-        a = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        a = np.full(0, np.nan)
-    if a.shape != (size,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
-    return tuple(float(x) for x in a)
-
-
-def _params(name: str, value: Any) -> tuple[tuple[str, float], ...]:
-    items = dict(value).items() if not isinstance(value, tuple) else value
-    try:
-        out = tuple(sorted((str(k), float(v)) for k, v in items))
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must map parameter names to numbers, got {value!r}") from None
-    if not all(math.isfinite(v) for _, v in out):
-        raise ValueError(f"{name} must hold finite numbers, got {value!r}")
-    return out
 
 
 def _obstacles(value: Any) -> tuple[tuple[float, float, float, float], ...]:
@@ -188,12 +167,12 @@ class PourTask:
                 raise ValueError(f"{role}_container must be one of {', '.join(shapes)}; got {shape!r}")
             set_(f"{role}_width", bounded_float(f"{role}_width", getattr(self, f"{role}_width"), 0.01, 0.4))
             set_(f"{role}_height", bounded_float(f"{role}_height", getattr(self, f"{role}_height"), 0.01, 0.4))
-            set_(f"{role}_params", _params(f"{role}_params", getattr(self, f"{role}_params")))
-        set_("source_pose", _vector("source_pose", self.source_pose, 3))
-        set_("source_velocity", _vector("source_velocity", self.source_velocity, 2))
-        set_("target_position", _vector("target_position", self.target_position, 2))
-        set_("target_velocity", _vector("target_velocity", self.target_velocity, 2))
-        set_("target_bounds", _vector("target_bounds", self.target_bounds, 4))
+            set_(f"{role}_params", param_items(f"{role}_params", getattr(self, f"{role}_params")))
+        set_("source_pose", finite_tuple("source_pose", self.source_pose, 3))
+        set_("source_velocity", finite_tuple("source_velocity", self.source_velocity, 2))
+        set_("target_position", finite_tuple("target_position", self.target_position, 2))
+        set_("target_velocity", finite_tuple("target_velocity", self.target_velocity, 2))
+        set_("target_bounds", finite_tuple("target_bounds", self.target_bounds, 4))
         x_lo, x_hi, y_lo, y_hi = self.target_bounds
         if not (0 <= x_lo <= x_hi <= DOMAIN[0] and 0 <= y_lo <= y_hi <= DOMAIN[1]):
             raise ValueError(f"target_bounds must satisfy 0 <= x_lo <= x_hi <= {DOMAIN[0]} and "
@@ -406,7 +385,7 @@ def extra_train_task(j: int) -> PourTask:
 
 
 def seed000_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
-    """Seed 000's two benchmark scenes (its Fig. 1 and Table I) at kitchen scale, static T:
+    """Pan & Manocha 2016's two benchmark scenes (its Fig. 1 and Table I) at kitchen scale, static T:
 
     * ``far``: T 40 cm from S across the table; S must carry the liquid there and pour.
     * ``block``: a 26 cm tall block stands between S and T; S must lift over it and pour past it.

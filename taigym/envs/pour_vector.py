@@ -16,7 +16,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from ._checks import reset_options
+from .checks import check_action, reset_options
 from .pour import (CONTROL_DT, make_batch, action_space, as_task, make_config,
                    observation_space)
 
@@ -88,7 +88,7 @@ class PourVectorEnv(VectorEnv):
         return self._observations(), self._infos()
 
     def step(self, actions):
-        actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, 3)
+        actions = check_action(actions, self.action_space, "actions")
         B = self.num_envs
         if any(m.task is None for m in self._batch.members):
             raise RuntimeError("call reset() before step()")

@@ -1,7 +1,7 @@
 """``taigym/Transport-v0``: carry a filled container to a goal through clutter without spilling
-(seed 002, SFRRT*, planar).
+(the SFRRT* paper (2024), planar).
 
-The container is seed 002's frustum (bottom radius, top radius, height; 2D: its trapezoidal
+The container is the SFRRT* paper's frustum (bottom radius, top radius, height; 2D: its trapezoidal
 cross-section) filled to ``fill`` of its height, carried in a 1.2 m x 0.8 m room (x across, z
 up) past static boxes (shelves, boxes, walls with a narrow gap; see
 :mod:`taigym.envs.transport_tasks`). The liquid is simulated in the container's own frame with
@@ -15,6 +15,8 @@ container is spilled for good.
 as a fraction of :data:`MAX_VELOCITY` = (0.8 m/s, 0.8 m/s, 2 rad/s) for (vx, vz, tilt rate).
 Over the step the velocity changes linearly from the previous one (constant acceleration), so
 the pose follows the trapezoid rule and the liquid feels that acceleration.
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -26,8 +28,8 @@ A float32 vector of 49 entries:
 | 3-5 | velocity vx, vz, tilt rate | m/s, rad/s |
 | 6-8 | goal pose x, z, tilt | m, m, rad |
 | 9-11 | goal minus pose | m, m, rad |
-| 12-15 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
-| 16 | seed 002's maximum tilt at this fill | rad |
+| 12-15 | container: bottom radius, top radius, height, fill height (the SFRRT* paper's r_b, r_u, h_c, h_w) | m |
+| 16 | the SFRRT* paper's maximum tilt at this fill | rad |
 | 17 | spilled fraction so far | - |
 | 18 | time / horizon | - |
 | 19-48 | 6 obstacle slots: present (0/1), x_centre, z_centre, width, height (m; zeros if empty), nearest to the container first | - |
@@ -49,7 +51,8 @@ percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`
 ## Info (every step, including reset)
 
 ``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
-delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, ``collided``,
+delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``reached`` (delivered: at
+the goal and still), ``path_time`` (s from the start to delivery; inf before), ``success``, ``collided``,
 ``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
 
 ## Arguments
@@ -58,8 +61,17 @@ delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``success``, 
 spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, render_mode=None)``: tasks are sampled
 (``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
-liquid grid's spacing (m; one fixed grid for every container, compiled once per env). A task whose
-fill is above the brim, or whose goal is inside an obstacle or unreachable, raises ValueError.
+liquid grid's spacing (m; one fixed grid for every container, compiled once per process). A
+task whose fill is above the brim, or whose goal is inside an obstacle or unreachable, raises
+ValueError.
+A closed env hands its liquid solver to the next env made with the same ``dx`` and ``viscosity``
+(``taigym.sim.pool``): making envs again costs no Taichi compilation and no new memory.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
+  declares what evaluations report.
 """
 
 from __future__ import annotations
@@ -72,13 +84,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ..sim import pool
 from ..sim.carried import CarriedContainer2D
+from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
+from .checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               sample_task, transport_tasks)
 
-CONTROL_DT = 0.05
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
 GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
 STILL = (0.05, 0.2)                               # m/s, rad/s
@@ -99,8 +113,12 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
             np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
 
 
+#: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
+EPISODE_METRICS = {"success": "rate", "spilled": "fraction", "reached": "rate", "path_time": "mean"}
+
+
 def max_tilt_of(task: TransportTask) -> float:
-    """Seed 002's maximum tilt for the task's container and fill (rad), from the cross-section
+    """The SFRRT* paper's maximum tilt for the task's container and fill (rad), from the cross-section
     polygon (equal to ``taigym.models.max_tilt.max_tilt``'s Eqs. 1-2, which envs may not import)."""
     return task.container().max_tilt_angle(task.fill)
 
@@ -121,7 +139,8 @@ def end_step(env, reward: float, d_prev: float) -> tuple:
 
 
 class TransportEnv(gym.Env):
-    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
+                "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, fill: float | None = None,
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
@@ -150,6 +169,7 @@ class TransportEnv(gym.Env):
         self.task: TransportTask | None = None
         self.carried: CarriedContainer2D | None = None
         self.max_steps = int(round(self.horizon / CONTROL_DT))
+        self._pool_key = ("Transport-v0", self.dx, self.viscosity)
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -166,9 +186,9 @@ class TransportEnv(gym.Env):
         check_feasible(task)
         self.task = task
         self.theta_max = max_tilt_of(task)
-        if self.carried is None:
-            self.carried = CarriedContainer2D(2 * MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx,
-                                              viscosity=self.viscosity)
+        if self.carried is None:    # a closed env's, if one had the same grid (sim.pool)
+            self.carried = pool.take(self._pool_key, lambda: CarriedContainer2D(
+                2 * MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx, viscosity=self.viscosity))
         self.carried.load(task.container(), task.fill, seed=int(self.np_random.integers(2 ** 31)))
         self.pose = np.array(task.start, dtype=np.float64)
         self.vel = np.zeros(3)
@@ -190,10 +210,7 @@ class TransportEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        a = np.asarray(action, dtype=np.float64).reshape(-1)
-        if a.shape != (3,) or not np.all(np.isfinite(a)):
-            raise ValueError(f"action must be 3 finite numbers in [-1, 1], got {action!r}")
-        v1 = np.clip(a, -1.0, 1.0) * MAX_VELOCITY
+        v1 = np.clip(check_action(action, self.action_space), -1.0, 1.0) * MAX_VELOCITY
         d_prev = self._distance()
         nxt = self.pose + 0.5 * (self.vel + v1) * CONTROL_DT
         mid = self.pose + 0.5 * CONTROL_DT * (0.75 * self.vel + 0.25 * v1)
@@ -229,8 +246,10 @@ class TransportEnv(gym.Env):
 
     def _info(self, success: bool) -> dict[str, Any]:
         at_goal = self._at_goal()
+        reached = bool(at_goal and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if at_goal else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "collided": bool(self.collided),
                 "sim_unstable": bool(self.unstable), "time": self.steps * CONTROL_DT,
                 "pose": self.pose.copy(), "velocity": self.vel.copy(),
@@ -249,3 +268,9 @@ class TransportEnv(gym.Env):
         pts = self.carried.world_positions(self.pose)
         cv.particles(pts, _render.speed_colours(np.zeros(len(pts))), self.carried.world.spacing)
         return cv.img
+
+    def close(self):
+        """Hand the liquid's solver to the next env with the same grid (``taigym.sim.pool``)."""
+        if self.carried is not None:
+            pool.give(self._pool_key, self.carried)
+            self.carried, self.task = None, None

@@ -1,9 +1,9 @@
 """``taigym/Transport3D-v0``: a Franka Panda carries a filled container to a goal, upright and
-without spilling, past boxes (seed 002 in 3D).
+without spilling, past boxes (the SFRRT* paper (2024), in 3D).
 
 The arm (``franka_panda/panda.urdf`` from pybullet_data, in a private pybullet DIRECT client)
-holds seed 002's frustum in its hand; pybullet gives the kinematics and the collisions, the
-liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
+holds the SFRRT* paper's frustum in its hand; pybullet gives the kinematics and the collisions,
+the liquid is simulated by Taichi in the container's own frame with the fictitious forces of that
 accelerating, rotating frame (:class:`taigym.sim.carried.CarriedContainer3D`), so the cost is the
 container's, not the room's. Liquid that leaves the container is spilled for good. Tasks:
 :mod:`taigym.envs.transport3d_tasks` (robot frame: z up, the arm's base at the origin on a table
@@ -16,6 +16,8 @@ fractions of :data:`MAX_JOINT_SPEED` (2 rad/s; the Panda allows 2.2-2.6). Over t
 velocities change linearly from the previous ones, so the joint angles follow the trapezoid
 rule and the liquid feels the container's acceleration. A step that would leave the joint
 limits stops the joints at them (``info["action_clipped"]``).
+Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
+raises ``ValueError``.
 
 ## Observation space
 
@@ -31,8 +33,8 @@ A float32 vector of 61 entries, every one bounded:
 | 26-28 | goal position | m |
 | 29-31 | goal minus position | m |
 | 32 | tilt of the container's axis from vertical | rad |
-| 33-36 | container: bottom radius, top radius, height, fill height (seed 002's r_b, r_u, h_c, h_w) | m |
-| 37 | seed 002's maximum tilt at this fill (3D, equal volume) | rad |
+| 33-36 | container: bottom radius, top radius, height, fill height (the SFRRT* paper's r_b, r_u, h_c, h_w) | m |
+| 37 | the SFRRT* paper's maximum tilt at this fill (3D, equal volume) | rad |
 | 38 | spilled fraction so far | - |
 | 39 | time / horizon | - |
 | 40-60 | 3 obstacle slots: present (0/1), centre x, y, z, half extents x, y, z (zeros if empty) | m |
@@ -55,13 +57,22 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or pass
 ``options={"task": ...}`` to ``reset``), ``horizon`` (s), ``dx`` (liquid grid spacing, m,
 :data:`DEFAULT_DX`; 3.25 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
-``arch`` (Taichi arch, "cpu").
+``arch`` (Taichi arch, "cpu"). A closed env hands its liquid solver to the next env made with
+the same ``dx``, ``viscosity`` and ``arch`` (``taigym.sim.pool``): making envs again costs no
+Taichi compilation and no new memory.
 
 ## Info
 
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
+``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; inf before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
 ``rotation``, ``tilt``, ``distance``.
+
+## Version history
+
+* v0 (2026-11-22): initial version.
+* v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
+  declares what evaluations report.
 """
 
 from __future__ import annotations
@@ -74,63 +85,21 @@ import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
 
-from .panda import CONTAINER_WALL, TO_SIM, PandaArm, joint_step
-from .transport import GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
-from .transport3d_tasks import (FAMILY, HOME, JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
-                                Transport3DTask, as_task, sample_feasible_task, transport3d_tasks,
-                                upright_configuration)
+from ..sim import pool
+from ..sim.constants import CONTROL_DT
+from .checks import check_action
+from .panda import CONTAINER_WALL, TO_SIM, joint_step
+from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
+from .transport3d_tasks import (JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
+                                PandaCarrier, Transport3DTask, as_task, sample_feasible_task,
+                                transport3d_tasks)
 
-CONTROL_DT = 0.05
 MAX_JOINT_SPEED = 2.0                             # rad/s
 OBS_SIZE = 40 + 7 * MAX_OBSTACLES
 # m, the liquid grid: at 1 cm (7 cells across a cup) the slosh of a 0.5 m/s carry never spills;
 # 6.5 mm agrees with 5 mm on spill or not in 20 of 24 carries (the other 4 spill less), at 40 %
 # of its cost per step
 DEFAULT_DX = 0.0065
-
-
-class PandaCarrier(PandaArm):
-    """The Panda holding the container upright at :data:`HOME` (:class:`~taigym.envs.panda.PandaArm`),
-    with the transport tasks' inverse kinematics and feasibility checks."""
-
-    def __init__(self):
-        super().__init__(HOME)
-
-    def upright_configuration_at(self, position, seed_q, iterations: int = 30) -> np.ndarray | None:
-        """The configuration of the upright posture family (``transport3d_tasks.FAMILY``) that
-        holds the container's origin at ``position`` (m): Newton's method on (base, shoulder,
-        elbow) from those of ``seed_q``; None if it does not converge to 0.3 mm within the
-        joint limits."""
-        target = np.asarray(position, dtype=np.float64)
-        x = np.asarray(seed_q, dtype=np.float64)[[0, 1, 3]]
-        for _ in range(iterations):
-            q = upright_configuration(*x)
-            origin, _, J = self._kinematics(q, jacobian=True)
-            e = target - origin
-            if np.linalg.norm(e) < 3e-4:
-                return q if np.all(q >= JOINT_LOW) and np.all(q <= JOINT_HIGH) else None
-            J = J[:3] @ FAMILY
-            step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(3), J.T @ e)
-            x = x + step / max(1.0, np.abs(step).max() / 0.3)
-        return None
-
-    def set_scene(self, task: Transport3DTask) -> None:
-        self.set_obstacles(task.obstacles)
-        self.set_held(task.top_radius + CONTAINER_WALL, task.height + CONTAINER_WALL)
-
-    def goal_configuration(self, task: Transport3DTask) -> np.ndarray | None:
-        """Joint angles holding the container upright at the goal (the upright posture family),
-        or None if the arm cannot."""
-        return self.upright_configuration_at(task.goal, task.start)
-
-    def feasible(self, task: Transport3DTask) -> bool:
-        """The start is collision-free, and the arm holds the container upright at the goal with
-        neither touching a box or the table."""
-        self.set_scene(task)
-        if self.collides(task.start):
-            return False
-        q = self.goal_configuration(task)
-        return q is not None and not self.collides(q)
 
 
 def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +116,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 class Transport3DEnv(gym.Env):
-    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT))}
+    metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT)), "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
                  spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
@@ -170,6 +139,7 @@ class Transport3DEnv(gym.Env):
         self.task: Transport3DTask | None = None
         self.arm: PandaCarrier | None = None
         self.carried = None
+        self._pool_key = ("Transport3D-v0", self.dx, self.viscosity, self.arch)
 
     # ------------------------------------------------------------------ episode
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -195,9 +165,9 @@ class Transport3DEnv(gym.Env):
         from taigym.sim.carried import CarriedContainer3D
 
         self.theta_max = max_tilt_3d(task.bottom_radius, task.top_radius, task.height, task.fill_height)
-        if self.carried is None:
-            self.carried = CarriedContainer3D(MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx,
-                                              viscosity=self.viscosity, arch=self.arch)
+        if self.carried is None:    # a closed env's, if one had the same grid (sim.pool)
+            self.carried = pool.take(self._pool_key, lambda: CarriedContainer3D(
+                MAX_TOP_RADIUS, MAX_HEIGHT, dx=self.dx, viscosity=self.viscosity, arch=self.arch))
         self.carried.load(task.container(CONTAINER_WALL), task.fill,
                           seed=int(self.np_random.integers(2 ** 31)))
         self.q = np.array(task.start)
@@ -217,7 +187,8 @@ class Transport3DEnv(gym.Env):
     def step(self, action):
         if self.task is None:
             raise RuntimeError("call reset() before step()")
-        _, q1, qd1, self.clipped = joint_step(self.q, self.qd, action, MAX_JOINT_SPEED, CONTROL_DT)
+        a = check_action(action, self.action_space)
+        _, q1, qd1, self.clipped = joint_step(self.q, self.qd, a, MAX_JOINT_SPEED, CONTROL_DT)
         d_prev = self._distance()
         reward = 0.0
         if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
@@ -264,14 +235,21 @@ class Transport3DEnv(gym.Env):
         return np.clip(obs, self.observation_space.low, self.observation_space.high).astype(np.float32)
 
     def _info(self, success: bool) -> dict[str, Any]:
+        reached = bool(self._at_goal() and self._still())
         return {"spilled": self.spilled, "in_source": 1.0 - self.spilled,
                 "in_target": (1.0 - self.spilled) if self._at_goal() else 0.0, "in_flight": 0.0,
+                "reached": reached, "path_time": self.steps * CONTROL_DT if reached else math.inf,
                 "success": bool(success), "is_success": bool(success), "collided": bool(self.collided),
                 "action_clipped": self.clipped, "sim_unstable": bool(self.unstable),
                 "time": self.steps * CONTROL_DT, "position": self.position.copy(),
                 "rotation": self.R.copy(), "tilt": self._tilt(), "distance": self._distance()}
 
     def close(self):
+        """Disconnect the arm's pybullet client; hand the liquid's solver to the next env with
+        the same grid (``taigym.sim.pool``)."""
         if self.arm is not None:
             self.arm.close()
             self.arm = None
+        if self.carried is not None:
+            pool.give(self._pool_key, self.carried)
+            self.carried, self.task = None, None

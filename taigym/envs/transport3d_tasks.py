@@ -1,12 +1,14 @@
-"""Transport3D tasks (seed 002 in 3D): a Franka Panda carries a filled frustum from a start
-configuration to a goal position, upright, past boxes, posts and shelves.
+"""Transport3D tasks (the SFRRT* paper (2024), in 3D): a Franka Panda carries a filled frustum
+from a start configuration to a goal position, upright, past boxes, posts and shelves.
 
 Coordinates are the robot's (pybullet's): z up, the arm's base at the origin on a table top
 (z = 0 is the table; nothing may go below it). A :class:`Transport3DTask` fixes the arm's
 start joint configuration (7 angles, rad; the container is then upright in the hand), the goal
 position of the container's frame origin (the centre of its inner bottom, m), up to
-:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), seed 002's frustum
-(bottom and top interior radius, height, m) and the fill (liquid height / container height).
+:data:`MAX_OBSTACLES` static boxes (centre x, y, z and half extents, m), the SFRRT* paper's
+frustum (bottom and top interior radius, height, m) and the fill (liquid height / container
+height). :class:`PandaCarrier` (the arm holding the container upright) checks that the arm can
+start and finish a task.
 
 Sampled tasks: the start and the goal are configurations of the upright posture family
 (:data:`FAMILY`: joints 3 and 5 at 0, joint 6 = joint 2 - joint 4 + pi/2, so the hand's approach
@@ -36,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from ._checks import bounded_float
-from .panda import JOINT_HIGH, JOINT_LOW
+from .checks import bounded_float
+from .panda import CONTAINER_WALL, JOINT_HIGH, JOINT_LOW, PandaArm
 
 MAX_OBSTACLES = 3                  #: obstacle slots of the observation
 MAX_TOP_RADIUS = 0.04              #: m, largest interior top radius the liquid grid holds
@@ -109,7 +111,7 @@ class Transport3DTask:
 
     @property
     def fill_height(self) -> float:
-        """Liquid height at rest (seed 002's h_w), m."""
+        """Liquid height at rest (the SFRRT* paper's h_w), m."""
         return self.fill * self.height
 
     def container(self, wall_thickness: float = 0.02):
@@ -143,6 +145,50 @@ def as_task(value: Any) -> Transport3DTask:
     if isinstance(value, dict):
         return Transport3DTask.from_dict(value)
     raise ValueError(f"task must be a Transport3DTask or its to_dict(), got {type(value).__name__}")
+
+
+class PandaCarrier(PandaArm):
+    """The Panda holding the container upright at :data:`HOME` (:class:`~taigym.envs.panda.PandaArm`),
+    with the transport tasks' inverse kinematics and feasibility checks."""
+
+    def __init__(self):
+        super().__init__(HOME)
+
+    def upright_configuration_at(self, position, seed_q, iterations: int = 30) -> np.ndarray | None:
+        """The configuration of the upright posture family (:data:`FAMILY`) that
+        holds the container's origin at ``position`` (m): Newton's method on (base, shoulder,
+        elbow) from those of ``seed_q``; None if it does not converge to 0.3 mm within the
+        joint limits."""
+        target = np.asarray(position, dtype=np.float64)
+        x = np.asarray(seed_q, dtype=np.float64)[[0, 1, 3]]
+        for _ in range(iterations):
+            q = upright_configuration(*x)
+            origin, _, J = self._kinematics(q, jacobian=True)
+            e = target - origin
+            if np.linalg.norm(e) < 3e-4:
+                return q if np.all(q >= JOINT_LOW) and np.all(q <= JOINT_HIGH) else None
+            J = J[:3] @ FAMILY
+            step = np.linalg.solve(J.T @ J + 1e-6 * np.eye(3), J.T @ e)
+            x = x + step / max(1.0, np.abs(step).max() / 0.3)
+        return None
+
+    def set_scene(self, task: Transport3DTask) -> None:
+        self.set_obstacles(task.obstacles)
+        self.set_held(task.top_radius + CONTAINER_WALL, task.height + CONTAINER_WALL)
+
+    def goal_configuration(self, task: Transport3DTask) -> np.ndarray | None:
+        """Joint angles holding the container upright at the goal (the upright posture family),
+        or None if the arm cannot."""
+        return self.upright_configuration_at(task.goal, task.start)
+
+    def feasible(self, task: Transport3DTask) -> bool:
+        """The start is collision-free, and the arm holds the container upright at the goal with
+        neither touching a box or the table."""
+        self.set_scene(task)
+        if self.collides(task.start):
+            return False
+        q = self.goal_configuration(task)
+        return q is not None and not self.collides(q)
 
 
 LAYOUTS = ("open", "box", "shelf", "gap")
@@ -241,8 +287,6 @@ def transport3d_tasks(split: str = "train") -> tuple[Transport3DTask, ...]:
     a task the arm cannot start or finish is redrawn in its layout."""
     if split not in SPLIT_SIZES:
         raise ValueError(f"split must be one of {sorted(SPLIT_SIZES)}, got {split!r}")
-    from .transport3d import PandaCarrier
-
     arm = PandaCarrier()
     rng = np.random.default_rng(_SPLIT_SEEDS[split])
     tasks = [sample_feasible_task(rng, arm) for _ in range(SPLIT_SIZES[split])]

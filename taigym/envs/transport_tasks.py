@@ -1,14 +1,14 @@
-"""Transport tasks (seed 002, planar): carry a filled frustum from a start to a goal pose
+"""Transport tasks (the SFRRT* paper, 2024, planar): carry a filled frustum from a start to a goal pose
 through a room cluttered with shelves, boxes and narrow gaps.
 
 A :class:`TransportTask` fixes the start and goal poses (x, z, tilt; m, m, rad; the pose of the
 container's frame: origin at the centre of its inner bottom, tilt counter-clockwise), the static
-obstacles (axis-aligned boxes (x_centre, z_centre, width, height), m), the container (seed 002's
+obstacles (axis-aligned boxes (x_centre, z_centre, width, height), m), the container (the SFRRT* paper's
 frustum: bottom and top radius, i.e. half-widths in 2D, and height, interior, m) and the fill
 (liquid height / container height at rest). The room is :data:`ROOM` = 1.2 m x 0.8 m; its edges
 are walls.
 
-Sampled tasks follow one of three layouts, as in seed 002's experiments (shelves, boxes, a
+Sampled tasks follow one of three layouts, as in the SFRRT* paper's experiments (shelves, boxes, a
 narrow gap): ``shelf`` (a shelf board between start and goal, the goal on or under it),
 ``boxes`` (one to three boxes on the floor in the way), ``gap`` (a wall with a window a few cm
 taller than the container). Containers: top radius 3-5 cm, bottom radius 0.6-1.0 x top, height
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..sim import container as make_container
 from ..sim.collide2d import collides, container_hull
-from ._checks import bounded_float
+from .checks import bounded_float
 
 ROOM = (1.2, 0.8)                   #: (width, height) of the room, m
 MAX_OBSTACLES = 6                   #: obstacle slots of the observation
@@ -102,7 +102,7 @@ class TransportTask:
     # ------------------------------------------------------------------ derived
     @property
     def fill_height(self) -> float:
-        """Liquid height at rest, m (seed 002's h_w)."""
+        """Liquid height at rest, m (the SFRRT* paper's h_w)."""
         return self.fill * self.height
 
     def container(self):

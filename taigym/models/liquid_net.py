@@ -1,4 +1,4 @@
-"""Seed 001's liquid-parameter network (Pan & Manocha 2017, §VI, Fig. 3).
+"""Pan & Manocha 2017's liquid-parameter network (Pan & Manocha 2017, §VI, Fig. 3).
 
 A 4-layer MLP, 32 ReLU units per hidden layer, maps an observation of the liquid (the
 heightfield of the past 4 frames, or the liquid height at S's lips) together with both

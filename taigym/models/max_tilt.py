@@ -1,4 +1,4 @@
-"""Seed 002's maximum tilt angle of a filled frustum (SFRRT*, §III-A, Fig. 2, Eqs. 1-2).
+"""The SFRRT* paper's maximum tilt angle of a filled frustum (SFRRT*, §III-A, Fig. 2, Eqs. 1-2).
 
 The container is a frustum of a cone reduced to its 2D cross-section, a trapezoid: bottom radius
 ``r_b`` (half-width), top radius ``r_u``, height ``h_c``, liquid at rest up to ``h_w``. Tilting it
@@ -69,7 +69,7 @@ def tilt_case(bottom_radius: float, top_radius: float, height: float, fill_heigh
 
 
 def max_tilt(bottom_radius: float, top_radius: float, height: float, fill_height: float) -> float:
-    """Seed 002's maximum quasi-static tilt (rad, in [0, pi)) of a 2D frustum (trapezoid) with
+    """The SFRRT* paper's maximum quasi-static tilt (rad, in [0, pi)) of a 2D frustum (trapezoid) with
     bottom/top radii (half-widths) and height in m, filled to ``fill_height`` m (Eqs. 1-2).
 
     Raises ValueError for non-positive sizes or a fill above the brim.

@@ -1,4 +1,4 @@
-"""Seed 000's per-container lookup tables over (lean angle, volume), computed from geometry.
+"""Pan & Manocha 2016's per-container lookup tables over (lean angle, volume), computed from geometry.
 
 The source container S leans by ``lean`` rad (>= 0) towards its RIGHT lip, the pouring lip
 (a pose theta = -lean: the env pours to the right). Its liquid, ``volume`` m^2 (2D: an area per
@@ -13,10 +13,10 @@ surface stands above the lip and the excess flows out. For each (lean, volume) t
 | ``centroid`` | c: midpoint of that chord, in S's frame (x, y) | m |
 
 and per lean angle ``wall_drop`` (how far the lip-side wall falls towards the lip: height of the
-wall's inner end above the lip, >= 0; seed 000's l cos(theta) for a particle sliding the wall)
+wall's inner end above the lip, >= 0; Pan & Manocha 2016's l cos(theta) for a particle sliding the wall)
 and ``wall_direction`` (unit vector along that wall towards the lip, world axes). Lookup is
 bilinear; partial derivatives are those of the bilinear interpolant (finite differences of the
-table), as in seed 000. The built-in containers are symmetric, so a lean to the left uses the
+table), as in Pan & Manocha 2016. The built-in containers are symmetric, so a lean to the left uses the
 same tables mirrored in x (``taigym.models.simplified`` does that).
 
 Computation: the interior's width at height y is piecewise linear between vertex heights, so the

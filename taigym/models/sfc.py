@@ -1,4 +1,4 @@
-"""Seed 002's spill-free classifier (SFC): a small transformer over the container's trajectory,
+"""The SFRRT* paper's spill-free classifier (SFC): a small transformer over the container's trajectory,
 with the container properties concatenated after the encoder (Fig. 3), labelled here by the
 particle simulator instead of motion capture.
 
@@ -28,9 +28,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from taigym.sim.constants import CONTROL_DT, GRAVITY
+
 from .max_tilt import max_tilt, max_tilt_3d
 
-DT = 0.05                   # s, trajectory sampling (the envs' control step)
+DT = CONTROL_DT              # s, trajectory sampling (the envs' control step)
 MAX_LEN = 200               # samples (10 s); longer trajectories are cut
 N_RAW = 9
 N_FEATURES = 10
@@ -39,12 +41,11 @@ SCALES = {  # per column of (pose, velocity, acceleration)
     "planar": np.array([1.0, 1.0, 1.0, 0.8, 0.8, 2.0, 6.0, 6.0, 12.0]),  # m, rad, m/s, rad/s, m/s^2, rad/s^2
     "3d": np.array([1.0, 1.0, 1.0, 0.8, 0.8, 0.8, 6.0, 6.0, 6.0]),       # m, m/s, m/s^2
 }
-GRAVITY = 9.81
 SPILL_LIMIT = 1e-3          # spill-free: at most 0.1 % spilled
 SETTLE = 0.5                # s simulated at rest after the trajectory ends (late sloshing)
 WALL_THICKNESS = 0.008      # m, Transport-v0's containers (taigym.envs.transport_tasks)
 WALL_THICKNESS_3D = 0.02    # m, Transport3D-v0's (taigym.envs.transport3d.CONTAINER_WALL)
-SLOSH_DAMPING = 0.1         # damping ratio of the slosh mode: FLIP's in a 2D cup (README, seed 000 slosh row)
+SLOSH_DAMPING = 0.1         # damping ratio of the slosh mode: FLIP's in a 2D cup (README, Pan & Manocha 2016 slosh row)
 SLOSH_SUBSTEPS = 10         # integration steps per sample
 
 
@@ -85,7 +86,7 @@ def slosh_tilt(acc: np.ndarray, props) -> np.ndarray:
     frequency w^2 = g k tanh(k h) with k = 1.8412 / R, is an oscillator driven by the horizontal
     acceleration, x'' + 2 zeta w x' + w^2 x = a_h (zeta = SLOSH_DAMPING); its surface tilts by
     atan(w^2 |x| / (g + a_z)), which is atan(|a_h| / g) under a steady acceleration and
-    overshoots it after a change (seed 002's sloshing, which the quasi-static tilt misses)."""
+    overshoots it after a change (the SFRRT* paper's sloshing, which the quasi-static tilt misses)."""
     acc = np.asarray(acc, dtype=np.float64)
     p = np.asarray(props, dtype=np.float64).reshape(-1, 4)
     rb, ru, hc, hw = p.T
@@ -116,7 +117,7 @@ def features(traj, kind: str = "planar", props=None) -> tuple[np.ndarray, int]:
 
 def prop_features(props: Sequence[float], kind: str = "planar") -> np.ndarray:
     """Container properties (r_b, r_u, h_c, h_w, m) -> (6,): scaled by 0.1 m, plus the max tilt
-    (rad; seed 002's 2D formula, or the 3D frustum's) and the fill ratio."""
+    (rad; the SFRRT* paper's 2D formula, or the 3D frustum's) and the fill ratio."""
     rb, ru, hc, hw = (float(p) for p in props)
     tilt = (max_tilt if _kind(kind) == "planar" else max_tilt_3d)(rb, ru, hc, hw)
     return np.array([rb / 0.1, ru / 0.1, hc / 0.1, hw / 0.1, tilt, hw / hc], np.float32)

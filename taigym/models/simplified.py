@@ -1,4 +1,4 @@
-"""Seed 000's simplified liquid dynamics: the liquid in the source S is two numbers.
+"""Pan & Manocha 2016's simplified liquid dynamics: the liquid in the source S is two numbers.
 
 State: the volume V (m^2 in 2D) left in S's bounding volume and the mean outflow speed u (m/s).
 Per control step of dt seconds, with S leaning by ``lean`` towards its pouring lip:
@@ -7,7 +7,7 @@ Per control step of dt seconds, with S leaning by ``lean`` towards its pouring l
     u  = max(0, w . phi)          if A > 0, else 0      (system identification, taigym.models.sysid)
     V' = V - dt * k * A * u                             (k: discharge coefficient, fitted too)
 
-with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, see
+with the regressors phi (Pan & Manocha 2016 Eq. 3; chosen by held-out prediction error, see
 ``scripts/sysid_pour.py``):
 
 | term | value | why |
@@ -21,12 +21,12 @@ with the regressors phi (seed 000 Eq. 3; chosen by held-out prediction error, se
 k is a discharge coefficient (the jet contracts, its speed is not normal to the section): u is
 the speed of the liquid leaving S, k A u the flux. Liquid leaves at the outflow section's
 centroid c with velocity v = u d plus S's own velocity there; d is horizontal while the lip-side
-wall still rises towards the lip, else along that wall (seed 000 Fig. 9), turned by an identified
+wall still rises towards the lip, else along that wall (Pan & Manocha 2016 Fig. 9), turned by an identified
 offset a + b lean (the jet also falls as it leaves). It then follows
 
     x(t) = c_x + r_x t + (v_x - r_x) (1 - exp(-lambda t)) / lambda,    y(t) = c_y + v_y t - g t^2 / 2,
 
-seed 000's outflow parabola (lambda = 0) with the jet's own horizontal speed (beyond S's rigid
+Pan & Manocha 2016's outflow parabola (lambda = 0) with the jet's own horizontal speed (beyond S's rigid
 velocity r at c, which the liquid shares with S) relaxing at an identified rate lambda (1/s).
 Measured in the particle simulator: a jet a few grid cells thick
 keeps falling freely but loses its horizontal speed within a few substeps (it moves with the
@@ -34,12 +34,12 @@ grid's velocity, averaged over cells as wide as the jet), so it drops nearly ver
 lip; at the Pour env's 6.25 mm cells lambda is 14-29 1/s (the horizontal speed halves in
 25-50 ms; a 0.5 m/s jet travels at most v_x / lambda = 2-4 cm sideways), at 3 mm cells less.
 a, b and lambda are fitted to where the simulated particles cross levels 2-8 cm below the lip
-(seed 004 fits its jet to the particles' streamlines), not to their speed at the lip. A thick
+(Pan, Park & Manocha 2016 fits its jet to the particles' streamlines), not to their speed at the lip. A thick
 jet keeps more of its speed (the grid slows it at its edges; its core flies on): for sections A
 wider than A_ref the drag is lambda A_ref / A (:func:`jet_drag`; A_ref = 15 mm, identified on
 fast-tilt FLIP pours by ``scripts/sysid_jet_drag.py``).
 
-S's acceleration a sloshes the free surface (seed 001's surges: a container braking towards its
+S's acceleration a sloshes the free surface (Pan & Manocha 2017's surges: a container braking towards its
 lip throws liquid over it): the head h and the section A are read at the lean theta + phi, phi
 the fundamental slosh mode's tilt, a damped oscillator driven towards atan(a_x / (g + a_y))
 (``SimplifiedLiquid.surface_tilt``). Tilting alone does not surge more than the regression says:
@@ -63,11 +63,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from taigym.sim.constants import GRAVITY
 from taigym.sim.geometry import Container
 
 from .outflow_tables import OutflowTables, outflow_tables
 
-GRAVITY = 9.81                                   # m/s^2
 TERMS = ("bernoulli", "wall_slide", "previous", "lean_rate", "constant")
 COEFFICIENTS_FILE = "outflow_coefficients.json"
 # damping ratio of the free surface's slosh: in FLIP at the Pour env's cells a velocity step's
@@ -165,14 +165,14 @@ def interpolate_fits(fits: list[OutflowFit], viscosity: float) -> OutflowFit:
                       (1 - t) * a.drag + t * b.drag, (1 - t) * a.drag_section + t * b.drag_section)
 
 
-def _default_path() -> Path:
+def default_path() -> Path:
     return Path(str(resources.files("taigym.models").joinpath("data", COEFFICIENTS_FILE)))
 
 
 @lru_cache(maxsize=8)
 def load_fits(path: str | None = None) -> dict[str, list[OutflowFit]]:
     """Fitted coefficients by shape, from ``path`` or the shipped file."""
-    p = Path(path) if path else _default_path()
+    p = Path(path) if path else default_path()
     if not p.exists():
         raise FileNotFoundError(f"no outflow coefficients at {p}; run `python scripts/sysid_pour.py`")
     data = json.loads(p.read_text())

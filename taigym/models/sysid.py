@@ -1,7 +1,7 @@
-"""System identification of seed 000's simplified model from particle simulations.
+"""System identification of Pan & Manocha 2016's simplified model from particle simulations.
 
 A container filled to ``fill`` is tilted about its frame origin along a random monotone curve
-(seed 000 §V: "leaning it from 0 to theta_max using a random monotonically increasing curve")
+(Pan & Manocha 2016 §V: "leaning it from 0 to theta_max using a random monotonically increasing curve")
 in a ``taigym.sim.World2D``; each control step records the volume V left in the container's
 interior and the mean speed u, relative to the container's rigid motion, of the particles that
 left the interior during the step (each one's velocity at the step's end with the free fall of
@@ -9,7 +9,7 @@ half a step taken back: on average it crossed that long ago). The coefficients o
 (see :mod:`taigym.models.simplified`) are the least-squares fit over the steps with an outflow
 section (A > 0); the discharge coefficient k is the least-squares fit of the measured volume
 loss to dt A u. The particles that left in each step are followed while they fall: where they
-cross FLIGHT_DROPS below the lip (their streamlines, seed 004) fixes the jet's direction offset
+cross FLIGHT_DROPS below the lip (their streamlines, Pan, Park & Manocha 2016) fixes the jet's direction offset
 and horizontal drag (:func:`jet_path`). Pours are simulated at the Pour env's cell size by
 ``scripts/sysid_pour.py``: the thin jets' drag depends on it.
 """
@@ -26,12 +26,13 @@ from pathlib import Path
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
+from taigym.sim.constants import CONTROL_DT, GRAVITY
 from taigym.sim.geometry import Container, points_in_polygon
 
 from .outflow_tables import OutflowTables, outflow_tables
-from .simplified import GRAVITY, TERMS, OutflowFit, SimplifiedLiquid, jet_drag, landing, path_x, regressors
+from .simplified import TERMS, OutflowFit, SimplifiedLiquid, jet_drag, landing, path_x, regressors
 
-DT = 0.05                          # s, the envs' control step
+DT = CONTROL_DT                     # s, the envs' control step
 WORLD_SIZE = (0.4, 0.4)            # m; S's frame origin at its centre
 PIVOT = (0.2, 0.2)
 
@@ -57,7 +58,7 @@ class PourRecord:
 
 
 # Altitudes below the pouring lip (m) at which the streamlines of each step's outflow are read
-# (seed 004 fits the jet to particle streamlines): T's rim is typically 2-10 cm below S's lip.
+# (Pan, Park & Manocha 2016 fits the jet to particle streamlines): T's rim is typically 2-10 cm below S's lip.
 FLIGHT_DROPS = (0.02, 0.05, 0.08)
 FLIGHT_STEPS = 12                  # control steps a leaving particle is followed (0.6 s)
 FLOOR_MARGIN = 0.02                # m; levels closer to the world's floor are not read
@@ -369,7 +370,7 @@ def streamline_errors(records: Sequence[PourRecord], model: OutflowFit, max_head
 
 def predict(rec: PourRecord, model: OutflowFit) -> tuple[np.ndarray, np.ndarray]:
     """Closed-loop prediction along the record's tilt curve from its initial volume alone:
-    (u (n,), V (n + 1,)) - seed 000 Fig. 8."""
+    (u (n,), V (n + 1,)) - Pan & Manocha 2016 Fig. 8."""
     liquid = SimplifiedLiquid(rec.shape, rec.volume[0], model)
     u, vol = np.zeros(len(rec.speed)), np.zeros(len(rec.volume))
     vol[0] = liquid.volume

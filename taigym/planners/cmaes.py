@@ -1,4 +1,4 @@
-"""Seed 001's dataset generator: CMA-ES over S's trajectory in the monotone coordinates.
+"""Pan & Manocha 2017's dataset generator: CMA-ES over S's trajectory in the monotone coordinates.
 
 Pan & Manocha (2017, §VI-A) search S's trajectory as a spline through 6 control points
 S(i T_s / 5), i = 0..5, the first fixed at the start pose. Instead of the 15 free coordinates
@@ -27,14 +27,14 @@ points implicit; these are ours, in its spirit):
 
 CMA-ES (``cma``, Hansen's reference implementation) searches an unconstrained z in R^15 with
 ratio = sigmoid(z), so every candidate lies in (0, 1)^15; z = 0 (every gap halves between
-control points) is the initial mean. The reward (seed 001) is R = sum_p R_p over the liquid,
+control points) is the initial mean. The reward (Pan & Manocha 2017) is R = sum_p R_p over the liquid,
 R_p = (W - dist(p))/W for liquid entering T's opening at distance dist(p) < W from its centre
 (W: half the opening), -100 for all other liquid (spilled, or still in S or in flight at the
 end). Normalised by the amount of liquid, R is in [-100, 1]: the caller's ``evaluate`` returns
 it from an env rollout (``taigym.agents.cmaes`` uses the simplified Pour-v0 and its metrics).
-Seed 000's model follows only the outflow's mean jet; the particle simulator's outflow is a fan
+Pan & Manocha 2016's model follows only the outflow's mean jet; the particle simulator's outflow is a fan
 from that jet down to liquid dribbling off the lip with S's own velocity. ``dribble_weight``
-(default 0.5, as seed 000's planner here) adds the dribble's R_p: without it, the CMA-ES pours
+(default 0.5, as Pan & Manocha 2016's planner here) adds the dribble's R_p: without it, the CMA-ES pours
 spilled 5 % or more in the particle env on 10 of 30 test problems, with it on 4.
 ``free_jet_weight`` (default 0.5) adds the R_p of the fan's fast end, the full jet without the
 identified drag: the drag was fitted on thin jets, and a surge (S braking or tilting fast) is
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-SPILL_REWARD = -100.0               #: R_p of liquid that does not end in T (seed 001)
+SPILL_REWARD = -100.0               #: R_p of liquid that does not end in T (Pan & Manocha 2017)
 N_CONTROL = 6                       #: spline control points, the first fixed at the start pose
 
 
@@ -206,7 +206,7 @@ class CMAESResult:
 def search(ref: Reference, evaluate: Callable[[np.ndarray], tuple[float, dict]],
            cfg: CMAESConfig | None = None, start_pose=None) -> CMAESResult:
     """CMA-ES for one problem. ``evaluate(poses) -> (R / N, details)`` rolls a trajectory out
-    (poses (nodes + 1, 3) at the env's control steps) and returns seed 001's normalised reward."""
+    (poses (nodes + 1, 3) at the env's control steps) and returns Pan & Manocha 2017's normalised reward."""
     import cma
 
     cfg = cfg or CMAESConfig()

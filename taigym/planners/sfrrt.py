@@ -1,4 +1,4 @@
-"""SFRRT* (seed 002): spill-free RRT* path planning and spill-free time parameterization.
+"""SFRRT* (the SFRRT* paper, 2024): spill-free RRT* path planning and spill-free time parameterization.
 
 Pure functions of the problem (no Gymnasium, no envs). A configuration is the container's planar
 pose q = (x, z, tilt) in m, m, rad; distances weigh a radian of tilt as ``tilt_weight`` metres.
@@ -12,7 +12,7 @@ pose q = (x, z, tilt) in m, m, rad; distances weigh a radian of tilt as ``tilt_w
    interior waypoint gets a pass-through velocity along the bisector of its two segments,
    shrunk with the turn; if the timed motion then leaves the collision-free corridor, the
    waypoints are passed at rest (straight segments, phase-synchronised).
-3. :func:`spill_free_time_parameterize` - seed 002's Algorithm 1 (SFTP): divide the max jerk by
+3. :func:`spill_free_time_parameterize` - the SFRRT* paper's Algorithm 1 (SFTP): divide the max jerk by
    ``rate`` until the spill-free classifier accepts the trajectory, at most ``sftp_iters`` times;
    then ``margin_levels`` (default 1) more divisions (not in the paper: the first accepted
    trajectory is on the classifier's decision boundary, where it errs most).
@@ -22,7 +22,7 @@ pose q = (x, z, tilt) in m, m, rad; distances weigh a radian of tilt as ``tilt_w
 
 The classifier is any callable ``classifier(traj, props) -> bool`` (True: spill-free), ``props``
 = (r_b, r_u, h_c, h_w) as in the paper. :class:`QuasiStaticClassifier` is the default: a
-physics placeholder, not seed 002's learned transformer.
+physics placeholder, not the SFRRT* paper's learned transformer.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from scipy.spatial import cKDTree
 
 from ..models.max_tilt import max_tilt
 from ..sim.collide2d import collides, segment_collides
+from ..sim.constants import GRAVITY
 
-GRAVITY = 9.81
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Problem:
 
     @property
     def theta_max(self) -> float:
-        """Seed 002's maximum tilt for this container and fill (rad)."""
+        """The SFRRT* paper's maximum tilt for this container and fill (rad)."""
         return max_tilt(*self.props)
 
     def path_free(self, poses: np.ndarray) -> bool:
@@ -308,7 +308,7 @@ def _sample(segs: Sequence[Trajectory], dt: float, wp: np.ndarray, jerk: tuple) 
 
 
 class QuasiStaticClassifier:
-    """Placeholder spill-free classifier (not seed 002's learned transformer): the liquid's
+    """Placeholder spill-free classifier (not the SFRRT* paper's learned transformer): the liquid's
     surface follows the effective gravity g - a, tilted from the vertical by
     atan(a_x / (g + a_z)); the trajectory is called spill-free when |tilt| + ``amplification`` x
     that angle stays below the maximum tilt of the container and fill at every sample (the
@@ -330,7 +330,7 @@ class QuasiStaticClassifier:
 def spill_free_time_parameterize(waypoints: np.ndarray, problem: Problem,
                                  classifier: Callable | None = None,
                                  cfg: SFRRTConfig | None = None) -> tuple[TimedTrajectory, bool]:
-    """Seed 002's Algorithm 1 (SFTP). Returns (trajectory, accepted by the classifier)."""
+    """The SFRRT* paper's Algorithm 1 (SFTP). Returns (trajectory, accepted by the classifier)."""
     cfg = cfg or SFRRTConfig()
     classifier = classifier or QuasiStaticClassifier()
     jerk = np.asarray(cfg.max_jerk, dtype=np.float64)

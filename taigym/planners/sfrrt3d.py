@@ -1,4 +1,4 @@
-"""SFRRT* (seed 002) for a container carried upright in 3D (Transport3D-v0).
+"""SFRRT* (the SFRRT* paper, 2024) for a container carried upright in 3D (Transport3D-v0).
 
 A configuration is the position (x, y, z) of the container's origin, m; the arm holds the
 container upright, so the tilt that spills is the free surface's under the motion's
@@ -12,7 +12,7 @@ acceleration, which the time parameterization bounds. The same three stages as
 3. SFTP: the jerk (and the acceleration with it) is lowered until the classifier accepts.
 
 The classifier: :class:`SloshClassifier3D` (the free surface's slosh mode, driven by the
-planned acceleration, must stay below seed 002's maximum tilt of the 3D container and fill), or
+planned acceleration, must stay below the SFRRT* paper's maximum tilt of the 3D container and fill), or
 the learned transformer of :mod:`taigym.models.sfc` trained on 3D trajectories.
 """
 
@@ -53,7 +53,7 @@ class Problem3D:
 
     @property
     def theta_max(self) -> float:
-        """Seed 002's maximum tilt of the 3D frustum at this fill (rad)."""
+        """The SFRRT* paper's maximum tilt of the 3D frustum at this fill (rad)."""
         return max_tilt_3d(*self.props)
 
     def path_free(self, positions: np.ndarray) -> bool:
@@ -81,7 +81,7 @@ class SloshClassifier3D:
     """Spill-free when the free surface's fundamental slosh mode, driven by the trajectory's
     acceleration and left to ring for ``settle`` s at rest after it
     (:func:`taigym.models.sfc.slosh_tilt`, linear sloshing theory), stays below ``margin`` x
-    seed 002's maximum tilt of the 3D container and fill at every sample (z up)."""
+    the SFRRT* paper's maximum tilt of the 3D container and fill at every sample (z up)."""
 
     def __init__(self, margin: float = 1.0, settle: float = SETTLE):
         self.margin, self.settle = float(margin), float(settle)

@@ -1,11 +1,11 @@
-"""Seed 000's pouring planner: trust-region SQP over the source container's trajectory.
+"""Pan & Manocha 2016's pouring planner: trust-region SQP over the source container's trajectory.
 
 The decision variables are S's poses z_i = (x_i, y_i, theta_i) at ``nodes`` control steps of
-``dt`` seconds after the start pose z_0. The liquid is seed 000's simplified model
+``dt`` seconds after the start pose z_0. The liquid is Pan & Manocha 2016's simplified model
 (:mod:`taigym.models.simplified`), rolled out along the trajectory exactly as the simplified env
-steps it: S's acceleration sloshes the free surface, and the outflow path is seed 000's parabola
+steps it: S's acceleration sloshes the free surface, and the outflow path is Pan & Manocha 2016's parabola
 with the jet's own horizontal speed relaxing at the identified drag (less for thick jets,
-``jet_drag``). The objective (seed 000 Eq. 7 and §IV-C) is a sum of squares
+``jet_drag``). The objective (Pan & Manocha 2016 Eq. 7 and §IV-C) is a sum of squares
 
 | term | residual | scale |
 |------|----------|-------|
@@ -17,14 +17,14 @@ f_i is the fraction of the liquid that leaves S in step i (the paper weights by 
 cross-section A; A u dt is the volume that leaves, so this is the same weighting made
 dimensionless). If a jet never comes down to T's rim, its residual is the apex's horizontal
 error and its shortfall in height. The outflow is not one speed: its slowest part leaves with S's
-own velocity and dribbles off the lip, its fastest keeps the jet's speed on seed 000's drag-free
+own velocity and dribbles off the lip, its fastest keeps the jet's speed on Pan & Manocha 2016's drag-free
 parabola (in FLIP the thin jet's drag spreads the outflow between the two), so the same residual
 for both ends is added with weight ``dribble_weight``: the planner keeps both ends of the
 outflow's fan over T's opening. Constraints: per-step velocity limits (the env's action
 scale), the tilt limit, and no collision: S's walls as circles against T's walls (moving with
 T), the obstacles' boxes, the floor and the scene's edges (and, if given, circles of what holds
 S, e.g. a robot's hand, against all but T), each as an L1 penalty with a slack
-per node and obstacle (TrajOpt's exact penalty, seed 000 §V).
+per node and obstacle (TrajOpt's exact penalty, Pan & Manocha 2016 §V).
 
 Each iteration linearises the residuals (Gauss-Newton; the pour residuals by finite differences
 of a batched rollout) and the signed distances, and solves the convex subproblem with OSQP on a
@@ -46,8 +46,9 @@ import osqp
 from scipy import sparse
 
 from taigym.models.outflow_tables import OutflowTables, outflow_tables
-from taigym.models.simplified import (GRAVITY, OutflowFit, fit_for, jet_directions, jet_drag, path_x,
+from taigym.models.simplified import (OutflowFit, fit_for, jet_directions, jet_drag, path_x,
                                       regressors_array, slosh_array)
+from taigym.sim.constants import GRAVITY
 from taigym.sim.geometry import Box, Container
 
 
@@ -254,7 +255,7 @@ class _Rollout:
             jx, jy = rx + u * dx, ry + u * dy
             res[:, i - 1, :2], hit[:, i - 1] = self._landing(wx, wy, jx, jy, i, rx, jet_drag(fit, a))
             # the fan's ends: the slowest liquid leaves with S's velocity only and dribbles off
-            # the lip; the fastest keeps the jet's speed (seed 000's parabola, no drag)
+            # the lip; the fastest keeps the jet's speed (Pan & Manocha 2016's parabola, no drag)
             res[:, i - 1, 2:4], _ = self._landing(wx, wy, rx, ry, i, rx, 0.0)
             res[:, i - 1, 4:], _ = self._landing(wx, wy, jx, jy, i, rx, 0.0)
         res[..., 2:] *= cfg.dribble_weight
@@ -352,7 +353,7 @@ class _Collision:
 # ---------------------------------------------------------------------- the planner
 def initial_trajectory(prob: PourProblem, cfg: SQPConfig) -> np.ndarray:
     """A trajectory that moves S's lip over T's opening (where T will be) in the first 40 % of
-    the horizon while level, then leans towards T up to ``final_lean`` by 90 % (seed 000 starts
+    the horizon while level, then leans towards T up to ``final_lean`` by 90 % (Pan & Manocha 2016 starts
     from a trajectory that pours nothing; the guide term starts the pour)."""
     N = cfg.nodes
     t = prob.start_time + cfg.dt * np.arange(N + 1)

@@ -1,4 +1,4 @@
-"""Seed 003's multi-contact stance planner (Bouyarmane): contacts, stances, the stance IK and a
+"""Bouyarmane & Kheddar's multi-contact stance planner: contacts, stances, the stance IK and a
 best-first search over adjacent stances.
 
 * A **contact** c = (robot link surface, environment surface, position on it, yaw): here a limb
@@ -23,7 +23,7 @@ best-first search over adjacent stances.
   configuration: min ||f||^2 + ||tau / tau_max||^2 s.t. the six floating-base equilibrium rows
   G_b + J_b^T f = 0, cones, |tau| <= tau_max. Collision is checked with pybullet's closest points.
   The paper solves one NLP with IPOPT; the staged form is what the listed solvers allow.
-* A **transition** (seed 003's motion between adjacent stances): a foot's Adj+ step is kept
+* A **transition** (Bouyarmane & Kheddar's motion between adjacent stances): a foot's Adj+ step is kept
   only if a configuration of the smaller stance exists with that foot lifted clear of the
   terrain midway between its old and new places, in equilibrium (:func:`solve_transition`).
   The executor's swing does not follow it (that measured worse); the check only prunes moves.
@@ -90,7 +90,7 @@ _SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 
 
 @dataclass(frozen=True, order=True)
 class Contact:
-    """Seed 003's contact: limb (robot link surface), environment surface, position u (m) and yaw."""
+    """Bouyarmane & Kheddar's contact: limb (robot link surface), environment surface, position u (m) and yaw."""
 
     limb: str
     surface: str
@@ -120,7 +120,7 @@ class Step:
     q: np.ndarray
     points: list            # (limb, world point, force (3,), kind, normal, mu)
     tau: np.ndarray
-    #: Adj+ only: seed 003's transition, a configuration (base_pos, base_quat, q) of ``support``
+    #: Adj+ only: Bouyarmane & Kheddar's transition, a configuration (base_pos, base_quat, q) of ``support``
     #: alone with the new contact's limb lifted clear of the terrain between its old place and
     #: the new one (:func:`solve_transition`); kept for inspection, the executor does not use it
     transition: tuple | None = None
@@ -143,7 +143,7 @@ class Plan:
 # ---------------------------------------------------------------------- the model
 class StanceModel:
     """The robot and the task's scene in a private pybullet client (DIRECT), with the contact
-    geometry of seed 003's contacts."""
+    geometry of Bouyarmane & Kheddar's contacts."""
 
     def __init__(self, task: MultiContactTask):
         self.task = task
@@ -249,7 +249,7 @@ class StanceModel:
 GRASP_GENERATORS = np.hstack([np.eye(3), -np.eye(3)[:, :2]])
 
 
-def _cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
+def cone_generators(n: np.ndarray, mu: float) -> np.ndarray:
     """(3, 4) edges of the pyramid inscribed in the friction cone of normal n."""
     a = np.array([1.0, 0.0, 0.0]) if abs(n[0]) < 0.9 else np.array([0.0, 1.0, 0.0])
     t1 = np.cross(n, a)
@@ -296,7 +296,7 @@ def _statics(model: StanceModel, support, mass: float):
     pts = [fp for c in support for fp in model.force_points(c)]
     cols = []
     for pt, kind, n, mu in pts:
-        K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+        K = cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
         for k in range(K.shape[1]):
             cols.append((pt, K[:, k], kind))
     W = mass * hum.GRAVITY
@@ -405,7 +405,7 @@ def contact_forces(model: StanceModel, support):
         # the real contact points: the limb's points as they are in q (the IK met the targets)
         Jl, _ = rob.jacobians(link, np.array([fp[0] for fp in fps]))
         for (pt, kind, n, mu), J in zip(fps, Jl):
-            K = _cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
+            K = cone_generators(n, mu) if kind == "cone" else GRASP_GENERATORS
             rows.append((c.limb, pt, kind, n, mu, len(cols), K.shape[1]))
             for k in range(K.shape[1]):
                 cols.append((J.T @ K[:, k], K[:, k], kind))
@@ -513,7 +513,7 @@ def terrain_height(model: StanceModel, x: float) -> float:
 
 
 def solve_transition(model: StanceModel, x0, step: Step, limb: str, iters: int = 30):
-    """Seed 003's transition for the Adj+ ``step`` from configuration ``x0``: a configuration
+    """Bouyarmane & Kheddar's transition for the Adj+ ``step`` from configuration ``x0``: a configuration
     of ``step.support`` alone (static equilibrium, limits, no collision, as :func:`solve_ik`)
     with ``limb`` lifted to midway between its place in ``x0`` and its new contact,
     SWING_CLEARANCE above the terrain under the sole; the CoM aims at the balanced point nearest
@@ -922,7 +922,7 @@ def _moves(model: StanceModel, stance, x0, goal):
                 step = res[0]
                 model.set(x0)
                 if free.limb in hum.FEET and not _on_bar(model, free):
-                    # seed 003: a step is a move only if a transition between its stances exists
+                    # Bouyarmane & Kheddar: a step is a move only if a transition between its stances exists
                     step.transition = solve_transition(model, x0, step, free.limb)
                     if step.transition is None:
                         return None

@@ -31,7 +31,7 @@ class _Member:
     shapes: list
 
 
-def _finite_vector(name: str, value, size: int) -> np.ndarray:
+def finite_vector(name: str, value, size: int) -> np.ndarray:
     a = np.asarray(value, dtype=np.float64)
     if a.shape != (size,) or not np.all(np.isfinite(a)):
         raise ValueError(f"{name} must be {size} finite numbers, got {value!r}")
@@ -60,7 +60,7 @@ class BatchWorld:
                  max_particles: int | None, cfl: float, flip_ratio: float, dt_max: float,
                  density_correction: float, settle_speed: float):
         D = self.DIM
-        size = _finite_vector("size", size, D)
+        size = finite_vector("size", size, D)
         if np.any(size <= 0):
             raise ValueError(f"size must be positive (m), got {tuple(size)}")
         if not (isinstance(cells, (int, np.integer)) and 8 <= cells <= self.MAX_CELLS):
@@ -79,7 +79,7 @@ class BatchWorld:
         self.arch = arch
         self.size = tuple(float(s) for s in size)
         self.dx = self.size[0] / cells
-        self.gravity = _finite_vector("gravity", gravity, D)
+        self.gravity = finite_vector("gravity", gravity, D)
         self.batch_size = int(batch_size)
         seeds = [seed] * self.batch_size if np.isscalar(seed) else list(seed)
         if len(seeds) != self.batch_size:
@@ -177,15 +177,15 @@ class BatchWorld:
         ``pose`` is the body frame's pose (default: the origin); for a container its frame's
         origin is the centre of its inner bottom. ``fill`` seeds liquid in a container up to
         that fraction of its interior height; ``liquid_follows`` starts that liquid moving
-        with the body (seed 001's TRANSFER+FOLLOW) instead of at rest (TRANSFER+ZERO).
+        with the body (Pan & Manocha 2017's TRANSFER+FOLLOW) instead of at rest (TRANSFER+ZERO).
         """
         if self._solver is not None:
             raise RuntimeError("add_body must be called before build()")
         self._check_solid(shape)
         handle = self._pose.shape[1]
         zero = np.zeros(self.POSE_SIZE)
-        pose = zero if pose is None else _finite_vector("pose", pose, self.POSE_SIZE)
-        velocity = zero if velocity is None else _finite_vector("velocity", velocity, self.POSE_SIZE)
+        pose = zero if pose is None else finite_vector("pose", pose, self.POSE_SIZE)
+        velocity = zero if velocity is None else finite_vector("velocity", velocity, self.POSE_SIZE)
         self._pose = np.concatenate([self._pose, np.tile(pose, (self.batch_size, 1, 1))], axis=1)
         self._vel = np.concatenate([self._vel, np.tile(velocity, (self.batch_size, 1, 1))], axis=1)
         for m in self._members:
@@ -216,8 +216,8 @@ class BatchWorld:
         idx = self._members_of(member)
         poses, vels = self._pose.copy(), self._vel.copy()
         if pose is not None:
-            poses[idx, handle] = _finite_vector("pose", pose, self.POSE_SIZE)
-            vels[idx, handle] = 0.0 if velocity is None else _finite_vector("velocity", velocity,
+            poses[idx, handle] = finite_vector("pose", pose, self.POSE_SIZE)
+            vels[idx, handle] = 0.0 if velocity is None else finite_vector("velocity", velocity,
                                                                              self.POSE_SIZE)
         old_shapes = [self._members[b].shapes[handle] for b in idx]
         for b in idx:

@@ -8,7 +8,7 @@ interior and not in the column above the opening, where it may still fall back) 
 for good: in the room it would be falling away. It stays in the small domain (collecting on its
 floor, outside the container), but is counted spilled from then on.
 
-Motion over one control interval follows seed 002's jerk-limited trajectories sampled at the
+Motion over one control interval follows the SFRRT* paper's jerk-limited trajectories sampled at the
 control rate: the container's world pose, velocity and angular velocity are given at the start
 and the end of the interval, and acceleration (linear and angular) is constant in between.
 """

@@ -7,9 +7,6 @@ Kept free of Taichi so that the reference and the facade import no Taichi."""
  D_TARGET_SCORE) = range(9)
 N_DIAG = 9
 
-GRAVITY = 9.81            # m/s^2, the worlds' default gravity's magnitude
-DENSITY = 1000.0          # kg/m^3, the worlds' default liquid density (water)
-
 MAX_PROBE_COLUMNS = 64    # columns of the liquid-height probe (World2D.set_height_probe)
 
 # Algorithm limits both solvers must agree on (dimensionless unless stated).
@@ -23,3 +20,8 @@ SURFACE_FRACTION_MIN = 0.05  # ghost-fluid free surface: nearest a surface may l
                              # ghost coefficient w / theta at 20 w)
 VISCOSITY_WALL_MIN = 0.01    # no-slip walls in the implicit viscosity: nearest a wall may lie to a face's
                              # centre, as a fraction of the spacing to its neighbour
+
+# Shared physical and control constants: defined here once, imported everywhere else.
+GRAVITY = 9.81            # m/s^2, magnitude (the liquid worlds, 2D and 3D, have y up)
+DENSITY = 1000.0          # kg/m^3, the worlds' default liquid density (water)
+CONTROL_DT = 0.05         # s: the envs' default control step (DESIGN.md §2)

@@ -1,5 +1,5 @@
 """A batched 2D FLIP liquid solver in Taichi (Zhu & Bridson 2005, solid boundaries after Batty,
-Bertails & Bridson 2007), the integrator of seed 004's appendix.
+Bertails & Bridson 2007), the integrator of Pan, Park & Manocha's appendix.
 
 One call of :meth:`Flip2D.advance` is ONE kernel launch: it advances every scene of the batch by
 a control interval, with as many CFL-limited substeps as each scene needs. The outer loop over
@@ -1178,7 +1178,7 @@ class Flip2D:
         ``step`` is the interval (s) just advanced, 0 after a liquid upload. Liquid outside every
         container is spilled if it moved slower than ``settle_speed`` over that interval (its
         own speed when there was none), or if it is below the target opening (it can no longer
-        reach it); else it is in flight. The target score is seed 001's R_p = max(1 - dist / W,
+        reach it); else it is in flight. The target score is Pan & Manocha 2017's R_p = max(1 - dist / W,
         0) of each particle that entered the target body this step (dist from the opening's
         centre where its path crossed the opening's line, W the half width), less the score
         earned by each particle that left it."""

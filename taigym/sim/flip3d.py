@@ -26,7 +26,7 @@ tiles of TILE^3 cells, a tile active when a particle lies within ``dilation`` ti
 when it has fewer cells, the liquid's bounding box; either keeps at least ``pad`` cells of air
 around every particle, farther than the velocity extrapolation (``layers``) reaches, so both
 give the same particles bit for bit. Cells outside the region read as empty air. The tiles
-are the narrow band of seed 004's DT-grid: a pour's source, stream and target, not the box
+are the narrow band of Pan, Park & Manocha's DT-grid: a pour's source, stream and target, not the box
 around them; the box wins for compact liquid (a tile rounds the band up to whole tiles). So a
 substep's time grows with the liquid, not with the room; the pressure system is sized by the
 particle count; the face and node arrays are dense over the room (memory, not time).

@@ -31,7 +31,7 @@ _SHAPE_PARAMS = {"rect": (), "frustum": ("bottom_width",),
                  "oval": ("body_width", "neck_height"), "cup": ("corner_radius",)}
 
 
-def _positive(name: str, value: Any) -> float:
+def positive(name: str, value: Any) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -41,7 +41,7 @@ def _positive(name: str, value: Any) -> float:
     return v
 
 
-def _check_fill(fill: float) -> float:
+def check_fill(fill: float) -> float:
     f = float(fill)
     if not (math.isfinite(f) and 0.0 < f <= 1.0):
         raise ValueError(f"fill must be in (0, 1], got {fill!r}")
@@ -55,6 +55,17 @@ def _points(points: Any) -> np.ndarray:
     if p.ndim != 2 or p.shape[1] != 2:
         raise ValueError(f"points must have shape (N, 2), got {p.shape}")
     return p
+
+
+def densify(chain: Any, step: float) -> np.ndarray:
+    """The polyline ``chain`` (n, d) with points inserted so that consecutive points are at most
+    ``step`` (m) apart (its vertices kept)."""
+    chain = np.asarray(chain, np.float64)
+    out = [chain[:1]]
+    for a, b in zip(chain[:-1], chain[1:]):
+        n = max(int(math.ceil(np.linalg.norm(b - a) / step)), 1)
+        out.append(a + (np.arange(1, n + 1)[:, None] / n) * (b - a))
+    return np.concatenate(out)
 
 
 def rotate(points: Any, angle: float) -> np.ndarray:
@@ -117,8 +128,8 @@ class Box:
     kind: ClassVar[int] = KIND_BOX
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "width", _positive("width", self.width))
-        object.__setattr__(self, "height", _positive("height", self.height))
+        object.__setattr__(self, "width", positive("width", self.width))
+        object.__setattr__(self, "height", positive("height", self.height))
 
     @property
     def half_extents(self) -> tuple[float, float]:
@@ -155,7 +166,7 @@ class Container:
 
     def __post_init__(self) -> None:
         for name in ("width", "height", "wall_thickness"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+            object.__setattr__(self, name, positive(name, getattr(self, name)))
         poly = np.array(self.interior, dtype=np.float64)
         if poly.ndim != 2 or poly.shape[1] != 2 or len(poly) < 3 or not np.all(np.isfinite(poly)):
             raise ValueError(f"interior must be a finite (K>=3, 2) polygon, got shape {poly.shape}")
@@ -222,13 +233,13 @@ class Container:
 
     def liquid_area(self, fill: float) -> float:
         """Area (m^2) of the interior below y = fill * height, container upright; fill in (0, 1]."""
-        return polygon_area(clip_below(self.interior, _check_fill(fill) * self.height))
+        return polygon_area(clip_below(self.interior, check_fill(fill) * self.height))
 
     def fill_points(self, fill: float, spacing: float) -> np.ndarray:
         """(N, 2) cell-centred lattice points (x, y in (k + 1/2) * spacing, symmetric about x = 0)
         inside the interior and below y = fill * height. N * spacing^2 ~= liquid_area(fill)."""
-        level = _check_fill(fill) * self.height
-        h = _positive("spacing", spacing)
+        level = check_fill(fill) * self.height
+        h = positive("spacing", spacing)
         lo, hi = self.interior.min(axis=0), self.interior.max(axis=0)
         xs = (np.arange(math.floor(lo[0] / h) - 1, math.ceil(hi[0] / h) + 1) + 0.5) * h
         ys = (np.arange(math.floor(lo[1] / h) - 1, math.ceil(level / h) + 1) + 0.5) * h
@@ -240,7 +251,7 @@ class Container:
         """World height y (m, frame origin at (0, 0)) of the horizontal free surface under which
         the interior, rotated by ``tilt`` rad counter-clockwise about its origin, holds ``area``
         m^2 (the opening treated as closed). Bisection on clip_below + shoelace area."""
-        area = _positive("area", area)
+        area = positive("area", area)
         if area > self.interior_area * (1 + 1e-12):
             raise ValueError(f"area must be <= interior_area={self.interior_area:.6g}, got {area}")
         poly = rotate(self.interior, tilt)
@@ -334,9 +345,9 @@ def container(shape: str, width: float = 0.08, height: float = 0.1,
     """
     if shape not in _SHAPE_PARAMS:
         raise ValueError(f"shape must be one of {', '.join(SHAPES)}; got {shape!r}")
-    w = _positive("width", width)
-    h = _positive("height", height)
-    t = _positive("wall_thickness", wall_thickness)
+    w = positive("width", width)
+    h = positive("height", height)
+    t = positive("wall_thickness", wall_thickness)
     unknown = sorted(set(shape_params) - set(_SHAPE_PARAMS[shape]))
     if unknown:
         accepted = ", ".join(_SHAPE_PARAMS[shape]) or "none"

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .geometry import Container, _check_fill, _positive, clip_below, container
+from .geometry import Container, check_fill, clip_below, container, positive
 
 KIND_BOX3 = 0       #: solver kind of :class:`Box3`
 KIND_REVOLVED = 1   #: solver kind of a revolved :class:`Container3`
@@ -54,7 +54,7 @@ class Box3:
 
     def __post_init__(self) -> None:
         for name in ("width", "height", "depth"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+            object.__setattr__(self, name, positive(name, getattr(self, name)))
 
     @property
     def half_extents(self) -> tuple[float, float, float]:
@@ -138,7 +138,7 @@ class Container3:
     def liquid_volume(self, fill: float) -> float:
         """Volume (m^3) of the interior below y = fill * height, upright; fill in (0, 1].
         Round: Pappus on the right half of the clipped cross-section, V = 2 pi int x dA."""
-        level = _check_fill(fill) * self.height
+        level = check_fill(fill) * self.height
         if self.section == "square":
             return self.width ** 2 * level
         poly = clip_below(self.interior, level)
@@ -158,8 +158,8 @@ class Container3:
     def fill_points(self, fill: float, spacing: float) -> np.ndarray:
         """(N, 3) cell-centred lattice points ((k + 1/2) * spacing) inside the interior and below
         y = fill * height. N * spacing^3 ~= liquid_volume(fill)."""
-        level = _check_fill(fill) * self.height
-        h = _positive("spacing", spacing)
+        level = check_fill(fill) * self.height
+        h = positive("spacing", spacing)
         r = 0.5 * max(self.width, float(np.abs(self.interior[:, 0]).max()) * 2)
         xs = (np.arange(math.floor(-r / h) - 1, math.ceil(r / h) + 1) + 0.5) * h
         ys = (np.arange(-1, math.ceil(level / h) + 1) + 0.5) * h

@@ -18,7 +18,7 @@ such as (2, 1, 1), which pybullet's forward kinematics and mass matrix normalise
 simulation does not (a torque then accelerated a shoulder 6 = |(2, 1, 1)|^2 times less than the
 mass matrix predicts). Nothing else changes.
 
-Contact links (seed 003's "robot link surface"): each foot's sole, given by its four corners
+Contact links (Bouyarmane's "robot link surface"): each foot's sole, given by its four corners
 (measured on the loaded model, in the link frame, by probing its collision shape), and each
 hand, the centre of its 4 cm sphere. A hand may also *grasp* a bar (a bilateral contact): the env then holds it with a
 point-to-point constraint whose force is limited to :data:`GRIP_FORCE`.
@@ -30,7 +30,13 @@ length, radius, friction); see :mod:`taigym.envs.multicontact_tasks`.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import math
+import os
+import re
+import sys
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +44,8 @@ import pybullet as p
 import pybullet_data
 from scipy.spatial.transform import Rotation
 
-GRAVITY = 9.81
+from .constants import GRAVITY
+
 ROBOT_FILE = "mjcf/humanoid.xml"
 JOINTS = ("abdomen_z", "abdomen_y", "abdomen_x",
           "right_hip_x", "right_hip_z", "right_hip_y", "right_knee", "right_ankle_y", "right_ankle_x",
@@ -226,6 +233,22 @@ class Robot:
             self._desc_mass = np.array([self.masses[d].sum() for d in self._desc_cache])
         return self._desc_cache
 
+    def mass_matrix(self, q) -> np.ndarray:
+        """pybullet's (27, 27) mass matrix (``calculateMassMatrix``) at joint angles q (JOINTS
+        order) and the current base state: over (base angular, base linear velocity in the base
+        frame, joint rates). The first call on a body builds pybullet's inverse-dynamics model,
+        which prints two lines (``b3Warning ... axis of motion not a unit axis``) per joint with
+        an oblique axis (hips, shoulders, elbows): pybullet parses a model file's axes as
+        float32, so no text gives a unit vector to its tolerance (5 double epsilons), and then
+        normalises them itself. Those lines are dropped; anything else printed is kept."""
+        args = (self.body, [float(v) for v in q])
+        if self.__dict__.get("_dynamics_built"):
+            return np.array(p.calculateMassMatrix(*args, physicsClientId=self.client))
+        with _dropping_axis_warnings():
+            M = np.array(p.calculateMassMatrix(*args, physicsClientId=self.client))
+        self._dynamics_built = True
+        return M
+
     def gravity_forces(self) -> np.ndarray:
         """Generalised gravity forces G (27,): sum_l J_l^T m_l g, g = (0, 0, -9.81) (N, N m)."""
         _, Jc = self.com_and_jacobian()
@@ -296,14 +319,40 @@ class Kinematics:
         return com, J
 
 
+# what pybullet's inverse dynamics prints (to the C stdout, fd 1) for each oblique joint axis
+_AXIS_WARNING = re.compile(rb"b3Warning\[[^\]\n]*\]:[ \t]*\r?\n[ \t]*axis of motion not a unit axis[^\n]*\n")
+
+
+@contextlib.contextmanager
+def _dropping_axis_warnings():
+    """Write everything printed to fd 1 inside the block but pybullet's axis warnings
+    (:meth:`Robot.mass_matrix`) to fd 1 after it."""
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    libc.fflush(None)
+    try:
+        saved = os.dup(1)
+    except OSError:                              # no stdout at all: nothing to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
+        try:
+            yield
+        finally:
+            libc.fflush(None)                    # pybullet's printf output still buffered
+            os.dup2(saved, 1)
+            os.close(saved)
+            tmp.seek(0)
+            rest = memoryview(_AXIS_WARNING.sub(b"", tmp.read()))
+            while rest:
+                rest = rest[os.write(1, rest):]
+
+
 def _model_file() -> str:
     """Path of the humanoid with box soles (module docstring), written once per process."""
     global _MODEL_PATH
     if _MODEL_PATH is None:
-        import os
-        import re
-        import tempfile
-
         text = open(os.path.join(pybullet_data.getDataPath(), ROBOT_FILE)).read()
         for side, y in (("right", -0.01), ("left", 0.01)):
             caps = re.findall(rf"\s*<geom name='{side}_foot_cap\d'[^>]*/>", text)

@@ -12,6 +12,7 @@ from .constants import GRAVITY
 from .geometry import Box, container
 from .world2d import World2D
 
+
 # Martin & Moyce (1952), Phil. Trans. R. Soc. A 244, Fig. 3: surge front of a collapsing water
 # column of width a = 2.25 in and height 2a (n^2 = 2), digitised (as in PySPH's examples).
 # Columns: T = t sqrt(2 g / a), Z = x / a (x from the column's back wall).

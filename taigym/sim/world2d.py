@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .batch_world import BatchWorld, _finite_vector
+from .batch_world import BatchWorld, finite_vector
 from .constants import D_TARGET_SCORE, DENSITY, GRAVITY, MAX_PROBE_COLUMNS, N_DIAG
 from .geometry import KIND_BOX, Box, Container
 
@@ -85,7 +85,7 @@ class World2D(BatchWorld):
         ys = np.arange(math.ceil(y0 / h - 0.5), math.floor(y1 / h - 0.5) + 1) * h + 0.5 * h
         pts = np.stack(np.meshgrid(xs[(xs > x0) & (xs < x1)], ys[(ys > y0) & (ys < y1)],
                                    indexing="ij"), -1).reshape(-1, 2)
-        vel = np.broadcast_to(_finite_vector("velocity", velocity, 2), pts.shape)
+        vel = np.broadcast_to(finite_vector("velocity", velocity, 2), pts.shape)
         for b in self._members_of(member):
             self._add_particles(b, pts, vel, place=self._jittered(b))
         return len(pts)
@@ -130,7 +130,7 @@ class World2D(BatchWorld):
         advance or change of liquid; read by ``heights_all``): for each of ``columns``, x
         intervals (lo, hi) in the body's frame (m, up to 64), the highest y in the body's frame
         (m) of the particles in it whose y is within ``y_range`` (lo, hi); ``y_range[0]`` where
-        there are none. ``handle=None`` stops it. Costs no extra launch: seed 001's heightfield
+        there are none. ``handle=None`` stops it. Costs no extra launch: Pan & Manocha 2017's heightfield
         of the liquid in the source container, without reading every particle on the host."""
         idx = self._members_of(member)
         if handle is None:
@@ -142,7 +142,7 @@ class World2D(BatchWorld):
                     or not np.all(np.isfinite(cols)) or np.any(cols[:, 1] < cols[:, 0]):
                 raise ValueError(f"columns must be 1 to {MAX_PROBE_COLUMNS} finite intervals (lo, hi) "
                                  f"with lo <= hi, got {np.shape(columns)}")
-            lo, hi = _finite_vector("y_range", y_range, 2)
+            lo, hi = finite_vector("y_range", y_range, 2)
             if hi < lo:
                 raise ValueError(f"y_range must be (lo, hi) with lo <= hi, got {y_range!r}")
             self._probe[idx] = [handle, lo, hi, len(cols)]
@@ -156,7 +156,7 @@ class World2D(BatchWorld):
         """Score the liquid entering container ``handle`` through its opening, a segment of
         ``half_width`` (m) either side of ``centre`` (x, y in the body's frame, m) along the
         body's x axis; read by ``target_scores``. Each particle that enters the container in an
-        advance scores seed 001's R_p = max(1 - dist / half_width, 0), dist from the centre
+        advance scores Pan & Manocha 2017's R_p = max(1 - dist / half_width, 0), dist from the centre
         where its path crossed the opening's line; one that leaves gives back what it scored.
         Liquid outside every container below the opening's centre then counts as spilled: it
         can no longer reach it. ``handle=None`` stops it. Measured with the diagnostics, at no
@@ -169,7 +169,7 @@ class World2D(BatchWorld):
             for b in idx:
                 if not isinstance(self._members[b].shapes[handle], Container):
                     raise ValueError(f"handle {handle} is not a container; a target opening needs one")
-            cx, cy = _finite_vector("centre", centre, 2)
+            cx, cy = finite_vector("centre", centre, 2)
             if not (isinstance(half_width, (int, float, np.floating)) and 0.0 < half_width <= 10.0):
                 raise ValueError(f"half_width must be in (0, 10] m, got {half_width!r}")
             self._target[idx] = [handle, cx, cy, half_width]
@@ -297,8 +297,8 @@ class World2D(BatchWorld):
         (r from the origin, v relative to the frame); bodies stay where the frame holds them.
         Call it before every advance (theta and omega move on); ``clear_frame_motion`` ends it.
         """
-        o = _finite_vector("origin", origin, 2)
-        a = _finite_vector("accel", accel, 2)
+        o = finite_vector("origin", origin, 2)
+        a = finite_vector("accel", accel, 2)
         for name, val in (("theta", theta), ("omega", omega), ("alpha", alpha)):
             if not (isinstance(val, (int, float, np.floating, np.integer)) and math.isfinite(val)):
                 raise ValueError(f"{name} must be a finite number, got {val!r}")

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from .batch_world import BatchWorld, _finite_vector
+from .batch_world import BatchWorld, finite_vector
 from .constants import DENSITY, GRAVITY, N_DIAG
 from .geometry3d import KIND_BOX3, KIND_SQUARE, Box3, Container3
 
@@ -67,7 +67,7 @@ class World3D(BatchWorld):
     def add_liquid_box(self, lo: Sequence[float], hi: Sequence[float], *,
                        velocity: Sequence[float] = (0.0, 0.0, 0.0), member: int | None = None) -> int:
         """Fill the box [lo, hi] (m, domain coordinates) with liquid; returns the count added."""
-        lo, hi = _finite_vector("lo", lo, 3), _finite_vector("hi", hi, 3)
+        lo, hi = finite_vector("lo", lo, 3), finite_vector("hi", hi, 3)
         if not (np.all(lo >= 0) and np.all(lo < hi) and np.all(hi <= self.size)):
             raise ValueError(f"liquid box lo={tuple(lo)}, hi={tuple(hi)} must satisfy "
                              f"0 <= lo < hi <= {self.size}")
@@ -76,7 +76,7 @@ class World3D(BatchWorld):
                 for a, c in zip(lo, hi)]
         axes = [ax[(ax > a) & (ax < c)] for ax, a, c in zip(axes, lo, hi)]
         pts = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
-        vel = np.broadcast_to(_finite_vector("velocity", velocity, 3), pts.shape)
+        vel = np.broadcast_to(finite_vector("velocity", velocity, 3), pts.shape)
         for b in self._members_of(member):
             self._add_particles(b, pts, vel, place=self._jittered(b))
         return len(pts)
@@ -230,11 +230,11 @@ class World3D(BatchWorld):
         bodies stay where the frame holds them. The orientation over the advance is
         R0 rot(omega t + alpha t^2 / 2) (exact when alpha is parallel to omega; a planar carry
         or a tilt about one axis is). Call before every advance."""
-        o = _finite_vector("origin", origin, 3)
-        rv = _finite_vector("rotation", rotation, 3)
-        om = _finite_vector("omega", omega, 3)
-        al = _finite_vector("alpha", alpha, 3)
-        a = _finite_vector("accel", accel, 3)
+        o = finite_vector("origin", origin, 3)
+        rv = finite_vector("rotation", rotation, 3)
+        om = finite_vector("omega", omega, 3)
+        al = finite_vector("alpha", alpha, 3)
+        a = finite_vector("accel", accel, 3)
         idx = self._members_of(member)
         self._frame[idx] = [*(self.gravity - a), *o, *om, *al, 1.0]
         self._frame_R0[idx] = _matrix(rv)

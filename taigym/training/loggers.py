@@ -1,4 +1,4 @@
-"""Experiment loggers: one small protocol for the apps and the trainable agents.
+"""Experiment loggers: one small protocol for the trainers (taigym.training) and the apps.
 
 ```python
 logger.log({"loss": 0.1, "success_rate": 0.8}, step=1000)      # scalars
