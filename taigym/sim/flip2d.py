@@ -14,12 +14,19 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
    Batty's weights) and the solid's velocity there;
 2. particle to grid (bilinear), extrapolation into air, a copy kept for the FLIP update;
 3. body force (gravity, or in a carried container's accelerating, rotating frame the fictitious
-   forces of that frame too) and explicit viscosity ``nu * lap(u)``;
+   forces of that frame too);
 4. pressure projection: weighted Poisson equation on the liquid cells (those holding particles,
-   and empty ones between such a cell and a wall; air cells p = 0), solved
-   by MIC(0)-preconditioned conjugate gradients (in Eisenstat's form, which needs no product
-   with the matrix); compressed cells get a small expansion target
-   (density correction) so that the liquid keeps its area over long runs;
+   and empty ones between such a cell and a wall), solved by MIC(0)-preconditioned conjugate
+   gradients (in Eisenstat's form, which needs no product with the matrix). The free surface
+   is a ghost-fluid boundary (Gibou et al. 2002): p = 0 where the particles' tent-filtered
+   density crosses 0.5 between a liquid and an air cell's centre, not at the air cell's
+   centre, so the pressure sees sub-cell surface motion (sloshing's frequency and damping).
+   Cells inside the liquid get an expansion target (density correction) that drives their
+   density to that of liquid at rest filling the cell's open part, so the liquid keeps its
+   volume over long runs, along walls as in the open. With a viscosity, the projection runs
+   twice around an implicit viscosity step (backward Euler, Jacobi-PCG per velocity
+   component, no-slip at every solid and at the domain's edges): the viscous step sees the
+   pressure-balanced velocity, so liquid at rest stays at rest at any viscosity;
 5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
    back out of solids (and their velocity into the solid removed).
 

@@ -14,10 +14,11 @@ is written once for an axis ``a`` unrolled at compile time):
    fraction of its area open to liquid (Batty's weights, here the mean of the open fractions of
    its four edges) and the solid's velocity;
 2. particle to grid (trilinear), a copy kept for the FLIP update;
-3. body force (gravity, or in a carried container's frame the fictitious forces of that frame)
-   and explicit viscosity;
-4. pressure projection: weighted Poisson equation on the liquid cells by MIC(0)-PCG, with the
-   density correction of ``flip2d``;
+3. body force (gravity, or in a carried container's frame the fictitious forces of that frame);
+4. pressure projection: weighted Poisson equation on the liquid cells by MIC(0)-PCG, with
+   ``flip2d``'s ghost-fluid free surface and density correction; for a viscous liquid, an
+   implicit viscosity step (no-slip at every solid and the domain's edges) between it and a
+   second projection with the same matrix, as in ``flip2d``;
 5. extrapolation into air, grid to particle (FLIP/PIC blend), RK2 advection in legs of at most
    ``ADVECTION_CFL`` cells, each followed by a push out of solids.
 
