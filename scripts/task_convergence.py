@@ -9,6 +9,7 @@ each env's own argument: Pour-v0 ``resolution`` (cells across 0.8 m), the others
 
     python scripts/task_convergence.py --env pour transport --n 20
     python scripts/task_convergence.py --report            # tables from the files only
+    python scripts/task_convergence.py --default-only --n 5 --out out/a   # one solver's metrics
 
 Ends with one JSON line holding the table's figures.
 """
@@ -46,13 +47,15 @@ def write_atomic(path: Path, data) -> None:
     os.replace(tmp, path)
 
 
-def run(name: str, n: int, scale: float, out: Path) -> dict:
-    """Run (or resume) env ``name``'s expert on eval tasks 0..n-1 at both resolutions."""
+def run(name: str, n: int, scale: float | None, out: Path) -> dict:
+    """Run (or resume) env ``name``'s expert on eval tasks 0..n-1 at both resolutions (at the
+    default only if ``scale`` is None)."""
     env_id, family, expert, arg, default, finer = ENVS[name]
     path = out / f"{name}.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     task_list = tasks(family, split="eval")[:n]
-    for label, value in (("default", default), ("fine", finer(default, scale))):
+    runs = [("default", default)] + ([] if scale is None else [("fine", finer(default, scale))])
+    for label, value in runs:
         rows = data.setdefault(label, {"resolution": {arg: value}, "episodes": []})["episodes"]
         if len(rows) >= n:
             continue
@@ -97,12 +100,15 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=2.0, help="finer resolution / default")
     ap.add_argument("--out", type=Path, default=Path("runs/task_convergence"))
     ap.add_argument("--report", action="store_true", help="only tabulate the files")
+    ap.add_argument("--default-only", action="store_true",
+                    help="run the default resolution only (to compare two solvers' files)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     table = {}
     for name in args.env:
         path = args.out / f"{name}.json"
-        data = run(name, args.n, args.scale, args.out) if not args.report else (
+        scale = None if args.default_only else args.scale
+        data = run(name, args.n, scale, args.out) if not args.report else (
             json.loads(path.read_text()) if path.exists() else {})
         table[name] = compare(data)
     print("| env | expert | tasks | resolution -> finer | mean abs d in_target | mean abs d spilled | "

@@ -107,28 +107,6 @@ def pour_drift(steps: int = 60, cells: int = 128) -> dict:
             "in_target": world.fractions()["in"][target], "cells": cells}
 
 
-def tilt_drift_3d(steps: int = 60, dx: float = 0.007) -> dict:
-    """3D volume in motion: a 10 cm cup filled to 0.8 rocked about its bottom's axis at
-    +-1.5 rad/s (0.3 rad each way) for ``steps`` control steps: the volume drift after each."""
-    from .geometry3d import container3d
-
-    wall = max(0.01, 2.2 * dx)
-    size = (0.24, 0.2, 0.2)
-    w = new_world(3, size, round(size[0] / dx), seed=0)
-    origin = (0.12, wall + 0.02, 0.1)
-    h = w.add_body(container3d("cup", 0.1, 0.1, wall), pose=(*origin, 0, 0, 0), fill=0.8)
-    w.build()
-    drift, tilt = [w.diagnostics()["volume_drift"]], 0.0
-    for k in range(steps):
-        omega = 1.5 if (k // 4) % 2 == 0 else -1.5
-        w.set_pose(h, (*origin, 0, 0, tilt), velocity=(0, 0, 0, 0, 0, omega))
-        w.advance(0.05)
-        tilt += omega * 0.05
-        drift.append(w.diagnostics()["volume_drift"])
-    return {"steps": np.arange(steps + 1), "drift": np.array(drift), "final_drift": drift[-1],
-            "max_abs_drift": float(np.abs(drift).max()), "kept": w.fractions()["in"][h], "dx": w.dx}
-
-
 # ---------------------------------------------------------------- closed-form viscous flows
 def duct_poiseuille(dim: int, x: np.ndarray, width: float, nu: float, terms: int = 99):
     """Fully developed gravity-driven flow down a vertical slot (2D) or square duct (3D) of
@@ -144,7 +122,8 @@ def duct_poiseuille(dim: int, x: np.ndarray, width: float, nu: float, terms: int
     c = 16 * g * width ** 2 / (nu * math.pi ** 4) / (m * n * (m ** 2 + n ** 2))
     sz = np.sin(n * math.pi / 2)
     v = -np.array([np.sum(c * np.sin(m * math.pi * xi / width) * sz) for xi in np.atleast_1d(x)])
-    mean = -64 * g * width ** 2 / (nu * math.pi ** 6) * np.sum(1.0 / (m ** 2 * n ** 2 * (m ** 2 + n ** 2)))
+    mean = -64 * g * width ** 2 / (nu * math.pi ** 6) * np.sum(
+        1.0 / (m ** 2 * n ** 2 * (m ** 2 + n ** 2)))
     return v, float(mean)
 
 
@@ -200,14 +179,22 @@ def shear_decay(dim: int, viscosity: float, cells: int = 16, width: float | None
     height = 4 * width
     w = new_world(dim, (width, height + width, width), cells, viscosity=viscosity, seed=0,
                   gravity=(0.0,) * dim, dt_max=min(0.01, decay_per_step / rate))
-    add_block(w, (0.0,) * dim, (width, height, width)[:dim])
 
     def shape(x):
         s = np.sin(k * x[:, 0])
         return s * np.sin(k * x[:, 2]) if dim == 3 else s
 
-    member = w._members[0]
-    member.v[:, 1] = 0.01 * shape(member.x)   # 1 cm/s: the free surface barely moves
+    # one column of particles per slab, each slab at the mode's velocity at its centre
+    # (1 cm/s: the free surface barely moves)
+    h = w.spacing
+    n = round(width / h)
+    edges = np.minimum(np.arange(n + 1) * h, width)
+    for i in range(n):
+        for j in range(n if dim == 3 else 1):
+            lo = np.array([edges[i], 0.0, edges[j]])
+            hi = np.array([edges[i + 1], height, edges[j + 1]])
+            vy = 0.01 * float(shape(0.5 * (lo + hi)[None])[0])
+            add_block(w, lo[:dim], hi[:dim], velocity=(0.0, vy, 0.0)[:dim])
     w.build()
     t = np.linspace(0.0, 1.0 / rate, 21)
     amp = []
@@ -274,18 +261,12 @@ def column_collapse(dim: int, cells: int, a: float = 0.1, t_end_scaled: float = 
     the surge front (scenes.surge_front) Z = x / a against T = t sqrt(2 g / a), with the
     release delay aligned as in scenes.align_time_origin. Returns the series and the largest
     relative front errors over 0.5 <= T <= 2.5, raw and aligned."""
-    from .scenes import MARTIN_MOYCE_N2_A225, align_time_origin, surge_front
+    from .scenes import MARTIN_MOYCE_N2_A225, align_time_origin, front_series
 
     w = new_world(dim, (6 * a, 3 * a, a), cells, seed=0)
     add_block(w, (0.0,) * dim, (a, 2 * a, a)[:dim])
     w.build()
-    scale = math.sqrt(2 * GRAVITY / a)
-    T, Z = [0.0], [surge_front(w) / a]
-    while T[-1] < t_end_scaled:
-        w.advance(dt)
-        T.append(T[-1] + dt * scale)
-        Z.append(surge_front(w) / a)
-    T, Z = np.array(T), np.array(Z)
+    T, Z = front_series(w, a, t_end_scaled, dt)
     ref = MARTIN_MOYCE_N2_A225[(MARTIN_MOYCE_N2_A225[:, 0] >= 0.5) & (MARTIN_MOYCE_N2_A225[:, 0] <= 2.6)]
     raw = np.interp(ref[:, 0], T, Z) / ref[:, 1] - 1.0
     shift, aligned = align_time_origin(T, Z, ref)
