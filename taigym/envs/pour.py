@@ -125,6 +125,9 @@ steps per second, for RL and for planning.
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
   the dynamics).
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ Taichi compilation and no new memory.
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
   declares what evaluations report.
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
+  ``dx`` accepts 3.25 mm.
 """
 
 from __future__ import annotations
