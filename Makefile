@@ -35,8 +35,8 @@ test-slow: setup     ## long physics validation checks
 bench: setup         ## speed figures (prints one JSON line at the end)
 	$(BIN)/python scripts/bench_sim.py
 
-validate: setup      ## validation plots against experiments
-	$(BIN)/python scripts/dam_break.py --out out/validation
+validate: setup      ## every fidelity check: docs/validation/*.png and summary.json (resumes from out/validation/cache)
+	$(BIN)/python scripts/validate.py --out docs/validation
 
 $(BIN)/mkdocs: $(BIN)/activate
 	$(BIN)/pip install -q -e ".[docs]"

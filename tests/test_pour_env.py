@@ -447,9 +447,9 @@ def test_liquid_poured_onto_a_block_stays_out_of_it_and_out_of_t(env):
     env.reset(seed=0, options={"task": task})
     batch, box = env.unwrapped._batch, Box(block[2], block[3])
     deepest = np.inf
-    # tilt to -1.5 rad (S's lip ends up above the block) and hold 1.75 s: single drops that land
-    # on the block's (free-slip) top slide along it at up to 0.1 m/s for over a second
-    for k in range(50):
+    # tilt to -1.5 rad (S's lip ends up above the block) and hold 2.5 s: single drops that land
+    # on the block's top slide along it at up to 0.1 m/s for over a second
+    for k in range(65):
         prev = batch.positions(0)
         _, _, _, _, info = env.step(np.array([0.0, 0.0, -1.0 if k < 15 else 0.0], np.float32))
         deepest = min(deepest, box.sdf(batch.positions(0) - block[:2]).min())

@@ -191,7 +191,8 @@ def test_refilling_one_member_keeps_the_others_area_baseline():
     drift = world.diagnostics(1)["area_drift"]
     world.clear_liquid(member=0)
     world.fill_body(cup, 0.3, member=0)
-    assert world.diagnostics(0)["area_drift"] == 0.0
+    # fresh liquid measures the particles' rest area (up to their seeding jitter)
+    assert abs(world.diagnostics(0)["area_drift"]) < 0.002
     assert world.diagnostics(1)["area_drift"] == pytest.approx(drift, abs=1e-6)
 
 

@@ -162,6 +162,9 @@ the distribution costs milliseconds to set up (its S's outflow lookup tables).
   (``"rp"``, ``"frame"``) keeping the first release's reward and action (no change to the
   dynamics).
 * v0 (2026-11-28): ``over_target`` (default 0: the tasks drawn as before).
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
 """
 
 from __future__ import annotations
