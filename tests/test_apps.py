@@ -60,8 +60,7 @@ def last_json(text: str) -> dict:
 
 
 # ---------------------------------------------------------------------- configs
-ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact",
-        "multicontact_torque")
+ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact")
 EXPERTS = {"pour": "sqp", "pour3d": "sqp", "transport": "sfrrt", "transport3d": "sfrrt", "multicontact": "stance"}
 
 
