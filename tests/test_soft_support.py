@@ -147,14 +147,9 @@ def test_the_expert_climbs_onto_the_pad_and_predicts_its_sink():
     the CoM task's), the body sank and the robot fell at 22.9 s."""
     env = gym.make("taigym/MultiContact-v1")
     try:
-        obs, info = env.reset(seed=1, options={"task": soft_tasks("eval")[1]})
         agent = taigym.agents.make("stance", env)
-        agent.reset(seed=1)
-        done = False
-        while not done:
-            obs, _, term, trunc, info = env.step(agent.act(obs, info))
-            done = term or trunc
-        assert info["success"] and not info["fell"]
+        out = taigym.agents.run_episode(env, agent, seed=1, task=soft_tasks("eval")[1])
+        assert out["success"] and not out["fell"]
         assert agent.sink_log and all(abs(sim / plan - 1) <= 0.2 for _, plan, sim, *_ in agent.sink_log)
     finally:
         env.close()

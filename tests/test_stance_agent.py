@@ -48,14 +48,8 @@ def test_the_expert_reaches_the_goal_with_the_env_defaults():
     """As a user calls it: the default env, the default agent, an eval step task."""
     env = gym.make("taigym/MultiContact-v1")
     task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "step"][1]
-    obs, info = env.reset(seed=0, options={"task": task})
-    agent = taigym.agents.make("stance", env)
-    agent.reset(seed=0)
-    done = False
-    while not done:
-        obs, _, term, trunc, info = env.step(agent.act(obs, info))
-        done = term or trunc
-    assert info["success"] and not info["fell"]
+    out = taigym.agents.run_episode(env, taigym.agents.make("stance", env), seed=0, task=task)
+    assert out["success"] and not out["fell"]
     env.close()
 
 
