@@ -80,6 +80,14 @@ def csv_table(text: str) -> str:
     return "\n".join([line(head), "|" + "---|" * len(head)] + [line(r) for r in body])
 
 
+LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
+
+
+def _rebase(md: str, folder: str, page_src: str) -> str:
+    """Relative links of a file under docs/``folder``, rewritten for the page that includes it."""
+    return LINK.sub(lambda m: f"]({_rel(page_src, posixpath.normpath(f'{folder}/{m.group(1)}'))})", md)
+
+
 def _demote(md: str) -> str:
     """Headings one level down, so that an included file's ``#`` title sits under the page's."""
     return re.sub(r"^(#{1,5}) ", r"#\1 ", md, flags=re.MULTILINE)
@@ -98,7 +106,7 @@ def results_markdown(folder: str, page_src: str) -> str:
         info = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
         link = _rel(page_src, f"{folder}/{stem}")
         if md.is_file():
-            text = md.read_text(encoding="utf-8").strip()
+            text = _rebase(md.read_text(encoding="utf-8").strip(), folder, page_src)
             parts.append(_demote(text) if text.startswith("# ") else f"## {stem}\n\n{text}")
         else:
             parts.append(f"## {info.get('title', stem)}")
