@@ -117,7 +117,8 @@ def main() -> None:
     for name, r in table.items():
         if not r["tasks"]:
             continue
-        res = f"{r['resolution']} -> {r['fine_resolution']}"
+        (arg, value), = r["resolution"].items()
+        res = f"{arg} {value} -> {r['fine_resolution'][arg]}"
         print(f"| {ENVS[name][0]} | {ENVS[name][2]} | {r['tasks']} | {res} | "
               f"{r['mean_abs_delta_in_target']:.3f} | {r['mean_abs_delta_spilled']:.3f} | "
               f"{r['success_agreement']:.2f} | {r['in_target'][0]:.3f} -> {r['in_target'][1]:.3f} | "
