@@ -279,3 +279,46 @@ def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
     assert Jn @ qdd < 0.0
     agent.model.close()
     env.close()
+
+
+def test_the_torso_near_a_wall_is_not_driven_into_it(monkeypatch):
+    """The torso is pybullet's base (link -1), which the clearance rows once skipped: on eval
+    slope 14 the body stood up under the rail and touched it with the torso (a fall). The robot
+    leant 0.5 rad towards the gap's wall, its torso 5 mm from it, the CoM asked to move towards
+    the wall: the torso accelerates away from the wall (n^T J qdd >= KP (1 cm - d))."""
+    import pybullet as p
+    from scipy.spatial.transform import Rotation
+    from taigym.agents import stance as sa
+    task = MultiContactTask(family="gap", start=0.45, size=0.4)
+    env = gym.make("taigym/MultiContact-v1")
+    env.reset(seed=0, options={"task": task})
+    agent = StanceAgent(env)
+    agent.model, agent._task = st.StanceModel(task), task
+    rob, model = agent.model.robot, agent.model
+    lean = Rotation.from_euler("y", 0.5)
+
+    def nearest(x):        # the robot's closest point to the scene, leaning about its soles' midpoint at x
+        hum.place_standing(rob, x=x)
+        base, quat, q = rob.get_state()[:3]
+        pivot = np.array([x, 0.0, 0.0])
+        rob.set_state(pivot + lean.apply(np.asarray(base) - pivot), (lean * Rotation.from_quat(quat)).as_quat(), q)
+        return min((cp for b in model.scene_ids for cp in p.getClosestPoints(rob.body, b, 1.0, physicsClientId=model.client)
+                    if cp[3] not in (rob.link_index["right_foot"], rob.link_index["left_foot"])), key=lambda cp: cp[8])
+    lo, hi = 0.5, 0.6
+    for _ in range(40):            # bisect x until the torso is 5 mm from the wall
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if nearest(mid)[8] > 0.005 else (lo, mid)
+    cp = nearest(lo)
+    assert 0.004 < cp[8] < 0.006 and cp[3] == rob.link_index["torso"] == -1
+    base, quat, q = rob.get_state()[:3]
+    com, Jc = rob.com_and_jacobian()
+    feet = sorted(st.Contact(f, "floor", float(model.limb_ref(f)[0])) for f in hum.FEET)
+    ref = dict(com=com + np.array([0.05, 0.0, 0.0]), q=q, quat=quat, support=feet, soft={})
+    Jn = np.asarray(cp[7]) @ rob.jacobians(cp[3], np.asarray(cp[5])[None])[0][0]
+    qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
+    assert Jn @ qdd > 0.9 * sa.KP_CLEAR * (sa.CLEAR_MIN - cp[8])
+    monkeypatch.setattr(sa, "CLEAR_NEAR", 0.0)      # no clearance rows: the torso goes towards the wall
+    qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
+    assert Jn @ qdd < 0.0
+    agent.model.close()
+    env.close()
