@@ -58,7 +58,9 @@ import numpy as np
 
 from taigym.sim.constants import GRAVITY
 
-KINDS = ("none", "target_path", "auto")
+from . import transport_features
+
+KINDS = ("none", "target_path", "obstacles", "auto")
 RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
 ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
 # Pour-v0's observation entries (both obs modes): 6-7 T's position (m), 8-9 its velocity (m/s),
@@ -88,6 +90,10 @@ def resolve(kind: str, env) -> dict:
         kind = "target_path" if pour else "none"
     if kind == "none":
         return {"kind": "none"}
+    if kind == "obstacles":
+        if family_of(env) != "transport":
+            raise ValueError(f"features='obstacles' needs Transport-v0's observation, got {family_of(env)!r}")
+        return {"kind": "obstacles", "slots": transport_features.n_slots(env.observation_space.shape[0])}
     if not pour:
         raise ValueError(f"features='target_path' needs Pour-v0's observation, got {family_of(env)!r}")
     from taigym.envs.pour_tasks import TARGET_BOUNDS
@@ -102,10 +108,34 @@ def extra_dim(spec: dict | None) -> int:
     """Entries the features add to the observation."""
     if not spec or spec["kind"] == "none":
         return 0
+    if spec["kind"] == "obstacles":
+        return transport_features.extra_dim(_transport_obs_dim(spec))
     lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
     return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0) + (2 if spec.get("outflow_landing") else 0)
             + (START_VELOCITY.stop - START_VELOCITY.start if spec.get("start_velocity") else 0)
             + (1 if spec.get("pour_side") else 0))
+
+
+def _transport_obs_dim(spec: dict) -> int:
+    return transport_features.SLOTS + transport_features.SLOT_SIZE * spec["slots"]
+
+
+def replaced_inputs(spec: dict | None) -> list[int]:
+    """Indices of the featurized input the policy must not see: observation entries the
+    features re-express (Transport's room frame) and the direction of travel, which the policy
+    applies to its output instead (:func:`output_sign`)."""
+    if not spec or spec["kind"] != "obstacles":
+        return []
+    obs_dim = _transport_obs_dim(spec)
+    return transport_features.hidden_entries(obs_dim) + [obs_dim + extra_dim(spec) - 1]
+
+
+def output_sign(spec: dict | None, inputs: np.ndarray) -> np.ndarray | None:
+    """Factors (n, act_dim) for the network's output from featurized ``inputs`` (n, in_dim):
+    Transport's actions in the frame of travel mirrored into the room's; None: as they are."""
+    if not spec or spec["kind"] != "obstacles":
+        return None
+    return transport_features.action_sign(inputs, _transport_obs_dim(spec) + extra_dim(spec))
 
 
 def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:
@@ -152,6 +182,8 @@ def start_features(start: np.ndarray, spec: dict | None) -> np.ndarray | None:
     """The spec's entries that depend on the episode's first observation only (S's start pose and
     velocity, the pour side), (n, k) for ``start`` (n, d) or (d,); None if it has none. Constant over
     an episode: a policy computes them once per episode (:class:`~taigym.agents.policy.NumpyPolicy`)."""
+    if spec and spec["kind"] == "obstacles":
+        return transport_features.start_features(start)
     if not spec or not (spec.get("start_pose") or spec.get("start_velocity") or spec.get("pour_side")):
         return None
     if start is None:
@@ -175,6 +207,12 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
     if not spec or spec["kind"] == "none":
         return obs
     x = np.atleast_2d(obs)
+    if spec["kind"] == "obstacles":
+        if start_part is None:
+            start_part = start_features(start, spec)
+        out = np.hstack([x, transport_features.featurize(x, start_part),
+                         np.broadcast_to(start_part, (len(x), start_part.shape[-1]))])
+        return out if obs.ndim == 2 else out[0]
     if x.shape[1] < POUR_OBS_MIN:
         raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
                          f"got {x.shape[1]}")
@@ -189,4 +227,5 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
     return out if obs.ndim == 2 else out[0]
 
 
-__all__ = ["KINDS", "extra_dim", "featurize", "pour_side", "resolve", "start_features"]
+__all__ = ["KINDS", "extra_dim", "featurize", "output_sign", "pour_side", "replaced_inputs", "resolve",
+           "start_features"]

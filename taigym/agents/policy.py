@@ -33,7 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .base import Agent
-from .features import extra_dim, featurize, start_features
+from .features import extra_dim, featurize, output_sign, replaced_inputs, start_features
 
 DEFAULT_HIDDEN = [256, 256]  # widths of the hidden layers
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -106,7 +106,7 @@ class MLPPolicy(nn.Module):
         self.register_buffer("obs_mean", torch.zeros(self.in_dim))
         self.register_buffer("obs_std", torch.ones(self.in_dim))
         mask = torch.ones(self.in_dim)
-        mask[ignore] = 0.0
+        mask[ignore + replaced_inputs(self.features)] = 0.0
         self.register_buffer("obs_mask", mask)
 
     def featurize(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
@@ -123,7 +123,9 @@ class MLPPolicy(nn.Module):
     def forward_members(self, obs: torch.Tensor) -> torch.Tensor:
         """Each member's action, (members, n, act_dim)."""
         x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED) * self.obs_mask
-        return torch.stack([net(x) for net in self.nets])
+        out = torch.stack([net(x) for net in self.nets])
+        sign = output_sign(self.features, obs.detach().numpy())
+        return out if sign is None else out * torch.as_tensor(sign, dtype=out.dtype)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward_members(obs).mean(0)
@@ -171,7 +173,11 @@ class NumpyPolicy:
             x = x @ W + b                # (members, 1, in) @ (members, in, out) -> (members, 1, out)
             if i < n - 1:
                 np.maximum(x, 0.0, out=x)
-        return np.clip(x.mean(axis=(0, 1)), self.low, self.high).astype(np.float32)
+        out = x.mean(axis=(0, 1))
+        sign = output_sign(p.get("features"), obs)
+        if sign is not None:
+            out = out * sign.reshape(out.shape)
+        return np.clip(out, self.low, self.high).astype(np.float32)
 
 
 class PolicyAgent(Agent):
