@@ -29,17 +29,14 @@ test: setup          ## the fast tier: unit tests, the import-linter contract (C
 test-integration: setup   ## training, Ray, the apps in subprocesses, whole episodes of the costly envs (CI)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile -m integration
 
-test-integration: setup  ## end-to-end checks of more than ~20 s each
-	$(BIN)/python -m pytest -q -m integration -n auto --dist loadfile
-
 test-slow: setup     ## long physics validation checks
 	$(BIN)/python -m pytest -q -m slow -n auto --dist loadfile
 
 bench: setup         ## speed figures (prints one JSON line at the end)
 	$(BIN)/python scripts/bench_sim.py
 
-validate: setup      ## validation plots against experiments
-	$(BIN)/python scripts/dam_break.py --out out/validation
+validate: setup      ## every fidelity check: docs/validation/*.png and summary.json (resumes from out/validation/cache)
+	$(BIN)/python scripts/validate.py --out docs/validation
 
 $(BIN)/mkdocs: $(BIN)/activate
 	$(BIN)/pip install -q -e ".[docs]"

@@ -42,16 +42,6 @@ MARKER = re.compile(r"<!--\s*taigym:(envdoc|results|include)\s+(\S+)\s*-->")
 VALIDATION = re.compile(r"<!--\s*taigym:validation\s+(\S+)\s*-->(.*?)<!--\s*/taigym:validation\s*-->",
                         re.DOTALL)
 
-# The papers by the number of their file in the project's reading list, for docstrings that
-# still name them that way: (name, anchor on papers.md).
-PAPERS = {
-    "0": ("Pan & Manocha 2016", "pan-manocha-2016"),
-    "1": ("Pan & Manocha 2017", "pan-manocha-2017"),
-    "2": ("the SFRRT* paper (Abderezaei et al. 2024)", "sfrrt-2024"),
-    "3": ("Bouyarmane 2011", "bouyarmane-2011"),
-    "4": ("Pan, Park & Manocha 2016", "pan-park-manocha-2016"),
-}
-SEEDS = re.compile(r"\bseeds? 00([0-4])((?:,? (?:and )?00[0-4])*)")
 ROLE = re.compile(r":(?:class|mod|func|data|meth|attr|obj|exc):`(~?)([^`]+)`")
 DOUBLE_BACKTICK = re.compile(r"``(.+?)``", re.DOTALL)
 
@@ -74,15 +64,8 @@ def docstring_markdown(module: str, page_src: str) -> str:
         name = m.group(2).replace("\n", "").replace(" ", "")
         return f"`{name.rsplit('.', 1)[-1] if m.group(1) else name}`"
 
-    def seeds(m: re.Match) -> str:
-        numbers = [m.group(1)] + re.findall(r"00([0-4])", m.group(2))
-        papers = _rel(page_src, "papers.md")
-        links = [f"[{PAPERS[n][0]}]({papers}#{PAPERS[n][1]})" for n in numbers]
-        return " and ".join(links)
-
     doc = ROLE.sub(role, doc)
-    doc = DOUBLE_BACKTICK.sub(lambda m: "`" + m.group(1).replace("\n", " ") + "`", doc)
-    return SEEDS.sub(seeds, doc)
+    return DOUBLE_BACKTICK.sub(lambda m: "`" + m.group(1).replace("\n", " ") + "`", doc)
 
 
 def csv_table(text: str) -> str:
@@ -95,6 +78,14 @@ def csv_table(text: str) -> str:
 
     head, body = rows[0], rows[1:]
     return "\n".join([line(head), "|" + "---|" * len(head)] + [line(r) for r in body])
+
+
+LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
+
+
+def _rebase(md: str, folder: str, page_src: str) -> str:
+    """Relative links of a file under docs/``folder``, rewritten for the page that includes it."""
+    return LINK.sub(lambda m: f"]({_rel(page_src, posixpath.normpath(f'{folder}/{m.group(1)}'))})", md)
 
 
 def _demote(md: str) -> str:
@@ -115,7 +106,7 @@ def results_markdown(folder: str, page_src: str) -> str:
         info = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
         link = _rel(page_src, f"{folder}/{stem}")
         if md.is_file():
-            text = md.read_text(encoding="utf-8").strip()
+            text = _rebase(md.read_text(encoding="utf-8").strip(), folder, page_src)
             parts.append(_demote(text) if text.startswith("# ") else f"## {stem}\n\n{text}")
         else:
             parts.append(f"## {info.get('title', stem)}")

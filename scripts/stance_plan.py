@@ -1,7 +1,7 @@
 """Bouyarmane & Kheddar's stance planner on the MultiContact eval split: per-family planning success and
 time, every returned stance checked independently (``taigym.planners.stance.check_step``).
 
-    python scripts/stance_plan.py [--per-family N] [--time-limit S]
+    python scripts/stance_plan.py [--per-family N] [--max-nodes N] [--time-limit S]
 
 Prints one row per task, a per-family table, and ends with one JSON line.
 """
@@ -22,7 +22,7 @@ from taigym.planners import stance as st
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--per-family", type=int, default=25, help="eval tasks per family (25 = all 100)")
-    ap.add_argument("--time-limit", type=float, default=60.0, help="planning budget per task, s")
+    ap.add_argument("--time-limit", type=float, default=None, help="optional wall-time budget per task, s")
     ap.add_argument("--max-nodes", type=int, default=400)
     ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated scene families")
     args = ap.parse_args()

@@ -1,6 +1,6 @@
 """Pan & Manocha 2016's Table I for the ``sqp`` expert: plan with the simplified model, validate in FLIP.
 
-For each of Pan & Manocha 2016's two scenes (``taigym.envs.pour_tasks.seed000_scenes``: T far from S; a
+For each of Pan & Manocha 2016's two scenes (``taigym.envs.pour_tasks.pan_manocha_2016_scenes``: T far from S; a
 tall block between them) and each viscosity, the ``sqp`` expert plans S's trajectory and runs it
 in the particle env (Pour-v0, FLIP). Columns as in the paper: scene, viscosity, planning time,
 validation (simulation) time, quality = fraction of the liquid in T at the end; plus spilled
@@ -26,7 +26,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import taigym.agents as agents  # noqa: E402
-from taigym.envs.pour_tasks import seed000_scenes  # noqa: E402
+from taigym.envs.pour_tasks import pan_manocha_2016_scenes  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
           "model's prediction |")
     print("|---|---|---|---|---|---|---|")
     for mu in args.viscosities:
-        for name, task in seed000_scenes(mu).items():
+        for name, task in pan_manocha_2016_scenes(mu).items():
             agent = agents.make("sqp", env)
             frames = [] if (args.video and name == "block" and mu == args.viscosities[0]) else None
             t0 = time.perf_counter()

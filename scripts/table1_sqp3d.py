@@ -1,6 +1,6 @@
 """Pan & Manocha 2016's Table I in 3D: the ``sqp`` expert on Pour3D-v0, validated in the 3D FLIP solver.
 
-For each of Pan & Manocha 2016's two scenes in 3D (``taigym.envs.pour3d_tasks.seed000_scenes``: T far from
+For each of Pan & Manocha 2016's two scenes in 3D (``taigym.envs.pour3d_tasks.pan_manocha_2016_scenes``: T far from
 S; a tall block between them) and each viscosity, the ``sqp`` expert plans (2D SQP on S's
 cross-section in the pour plane, then inverse kinematics to the Panda's joints) and the plan
 runs in Pour3D-v0 (``sim.World3D``). Columns as in the paper: scene, viscosity, planning time
@@ -35,7 +35,7 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import taigym.agents as agents  # noqa: E402
-from taigym.envs.pour3d_tasks import seed000_scenes  # noqa: E402
+from taigym.envs.pour3d_tasks import pan_manocha_2016_scenes  # noqa: E402
 
 SOURCES = {"oval": {},
            "cup": dict(source_container="cup", source_width=0.08, source_height=0.10,
@@ -83,7 +83,7 @@ def main() -> None:
           "model's prediction | t50 3D / model / 2D FLIP (s) | RMS in S: model, 2D FLIP vs 3D |")
     print("|---|---|---|---|---|---|---|---|---|")
     cases = [(f"{name}" + ("" if src == "oval" else f" ({src})"), mu,
-              dataclasses.replace(seed000_scenes(mu)[name], **SOURCES[src]))
+              dataclasses.replace(pan_manocha_2016_scenes(mu)[name], **SOURCES[src]))
              for src in args.sources for mu in args.viscosities for name in args.scenes]
     agent = agents.make("sqp", env)            # plans again for every task
     for name, mu, task in cases:

@@ -9,6 +9,9 @@ from taigym import sim
 from taigym.sim import scenes
 from taigym.sim.carried import CarriedContainer2D
 
+# physics validation: `make test-slow` (each check simulates seconds of liquid)
+pytestmark = pytest.mark.slow
+
 
 def _carry(cup, fill, motion, steps, dt=0.05, **kw):
     """motion(t) -> (velocity vx, vy, omega) at time t; the pose integrates it (trapezoid)."""

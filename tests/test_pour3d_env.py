@@ -10,7 +10,7 @@ import gymnasium as gym
 import taigym
 import taigym.agents as agents
 from taigym.envs.pour3d import OBS_SIZE, start_configuration
-from taigym.envs.pour3d_tasks import COUNTER, Pour3DTask, seed000_scenes
+from taigym.envs.pour3d_tasks import COUNTER, Pour3DTask, pan_manocha_2016_scenes
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +20,7 @@ def env():
     e.close()
 
 
+@pytest.mark.integration
 def test_check_env_and_fixed_disjoint_splits(env):
     check_env(env.unwrapped)
     assert env.observation_space.shape == (OBS_SIZE,)
@@ -79,8 +80,9 @@ def test_every_eval_task_starts_reachable():
     arm.close()
 
 
+@pytest.mark.integration
 def test_held_still_the_liquid_stays_in_the_source_and_renders(env):
-    obs, info = env.reset(seed=0, options={"task": seed000_scenes()["block"]})
+    obs, info = env.reset(seed=0, options={"task": pan_manocha_2016_scenes()["block"]})
     assert info["in_source"] == 1.0 and info["n_particles"] > 1000
     for _ in range(20):
         obs, _, term, trunc, info = env.step(np.zeros(7))
@@ -92,6 +94,7 @@ def test_held_still_the_liquid_stays_in_the_source_and_renders(env):
     assert blue.sum() > 100
 
 
+@pytest.mark.integration
 def test_rolling_the_wrist_pours_and_the_counter_stops_the_source(env):
     """Rolling joint 7 tilts S about the hand's approach axis, across the pour plane: the bottle
     empties. Moved straight down (the Jacobian's pseudo-inverse), S stops on the counter: the
@@ -99,13 +102,13 @@ def test_rolling_the_wrist_pours_and_the_counter_stops_the_source(env):
     from taigym.envs.pour3d import MAX_JOINT_SPEED
     from taigym.envs.pour3d_tasks import COUNTER_HEIGHT
 
-    env.reset(seed=1, options={"task": seed000_scenes()["far"]})
+    env.reset(seed=1, options={"task": pan_manocha_2016_scenes()["far"]})
     for _ in range(30):
         _, _, _, _, info = env.step(np.array([0, 0, 0, 0, 0, 0, -0.6]))
     assert info["lean"] > 1.5 and info["in_source"] < 0.8
     assert abs(info["source_axis"][0]) < 0.2          # tilted in the plane (the robot's y-z)
     u = env.unwrapped
-    obs, info = env.reset(seed=1, options={"task": seed000_scenes()["far"]})
+    obs, info = env.reset(seed=1, options={"task": pan_manocha_2016_scenes()["far"]})
     for _ in range(40):
         J = u.arm.jacobian(u.q)
         qd = np.linalg.pinv(J) @ np.array([0.0, 0.0, -0.3, 0.0, 0.0, 0.0])
@@ -117,6 +120,7 @@ def test_rolling_the_wrist_pours_and_the_counter_stops_the_source(env):
     assert COUNTER_HEIGHT - 1e-3 < bottom < COUNTER_HEIGHT + 0.02
 
 
+@pytest.mark.integration
 def test_bad_input_is_named(env):
     with pytest.raises(ValueError, match="fill"):
         Pour3DTask(fill=1.2)
@@ -138,17 +142,18 @@ def test_bad_input_is_named(env):
         gym.make("taigym/Pour3D-v0", fidelity="simplified")
     with pytest.raises(ValueError, match="reset option"):
         env.reset(seed=0, options={"tsak": None})
-    env.reset(seed=0, options={"task": seed000_scenes()["far"]})
+    env.reset(seed=0, options={"task": pan_manocha_2016_scenes()["far"]})
     for bad in (np.zeros(3), np.full(7, np.nan)):
         with pytest.raises(ValueError, match=r"action must be 7 finite numbers of shape \(7,\) in \[-1, 1\]"):
             env.step(bad)
 
 
+@pytest.mark.integration
 def test_sqp_plans_a_collision_free_joint_trajectory_within_limits(env):
     """The expert's joint trajectory holds S where the 2D plan puts it (IK error < 1 mm), keeps
     the joint speeds within the Panda's, and neither the arm nor S meets the block, T or the
     counter; the model predicts most of the liquid in T."""
-    task = seed000_scenes()["block"]
+    task = pan_manocha_2016_scenes()["block"]
     obs, _ = env.reset(seed=0, options={"task": task})
     agent = agents.make("sqp", env)
     assert type(agent).__name__ == "SQP3DAgent"
@@ -166,5 +171,5 @@ def test_sqp_plans_a_collision_free_joint_trajectory_within_limits(env):
 def test_sqp_pours_into_the_target(env, scene):
     """Validated in the 3D simulator: at least 95 % of the bottle's water ends in T."""
     agent = agents.make("sqp", env)
-    row = agents.run_episode(env, agent, seed=0, task=seed000_scenes()[scene])
+    row = agents.run_episode(env, agent, seed=0, task=pan_manocha_2016_scenes()[scene])
     assert row["in_target"] >= 0.95 and row["spilled"] <= 0.02

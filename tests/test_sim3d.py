@@ -121,6 +121,7 @@ def rest_run(w, seconds: float):
     return n, np.array(drifts)
 
 
+@pytest.mark.slow
 def test_cup_at_rest_keeps_its_liquid_and_volume(world):
     w = restart(world)
     n, drifts = rest_run(w, 2.0)
@@ -254,6 +255,7 @@ def test_torricelli_jet_speed():
     assert abs(np.mean(ratios) - 1.0) < 0.10, np.round(ratios, 3)
 
 
+@pytest.mark.slow
 def test_a_larger_room_changes_nothing_the_liquid_does():
     """The solver works only on the tiles around the liquid: the same pour (a cup tilted at
     2 rad/s until liquid leaves it) in a room twice as long gives the same particles, bit for
@@ -273,6 +275,7 @@ def test_a_larger_room_changes_nothing_the_liquid_does():
     assert np.array_equal(xa, xb) and np.array_equal(va, vb)
 
 
+@pytest.mark.slow
 def test_container_coasting_at_constant_velocity_keeps_a_flat_surface():
     """Galilean invariance (as test_sim_physics's 2D test): a square cup and its liquid moving
     together at a constant 2 m/s keep a flat surface (mean angle within 0.5 deg over 1 s, three

@@ -38,6 +38,7 @@ def test_same_seed_same_inputs_bit_identical():
     assert not np.array_equal(a.positions(), c.positions()), "the seed must matter"
 
 
+@pytest.mark.slow
 def test_batch_member_equals_the_scene_run_alone():
     seeds = [5, 6, 7]
     batch, cup = _scene(batch_size=3, seed=seeds)
@@ -190,7 +191,8 @@ def test_refilling_one_member_keeps_the_others_area_baseline():
     drift = world.diagnostics(1)["area_drift"]
     world.clear_liquid(member=0)
     world.fill_body(cup, 0.3, member=0)
-    assert world.diagnostics(0)["area_drift"] == 0.0
+    # fresh liquid measures the particles' rest area (up to their seeding jitter)
+    assert abs(world.diagnostics(0)["area_drift"]) < 0.002
     assert world.diagnostics(1)["area_drift"] == pytest.approx(drift, abs=1e-6)
 
 
@@ -239,7 +241,7 @@ def test_height_probe_is_the_highest_particle_over_each_column():
     assert np.all(world.heights_all()[0] == 0.0)       # off: y_lo of the cleared probe
 
 
-def test_target_score_is_seed_001_r_p_of_the_liquid_entering_the_target():
+def test_target_score_is_pan_manocha_2017_r_p_of_the_liquid_entering():
     """``target_scores`` against R_p recomputed here from the particles' paths: each particle
     entering T scores max(1 - dist / W, 0) where its path crossed T's opening line, and gives
     it back when it leaves; liquid outside both containers that did not move, or lies below T's

@@ -12,6 +12,9 @@ import pytest
 from taigym import sim
 from taigym.sim import scenes
 
+# physics validation: `make test-slow` (each check simulates seconds of liquid)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("cells", [96, pytest.param(192, marks=pytest.mark.slow)])
 def test_dam_break_front_follows_martin_moyce(cells):

@@ -10,7 +10,7 @@ import pytest
 
 import taigym.agents
 from taigym.envs import tasks
-from taigym.envs.pour_tasks import seed000_scenes
+from taigym.envs.pour_tasks import pan_manocha_2016_scenes
 from taigym.planners.sqp import PourPlan, PourProblem, SQPConfig, plan_pour
 from taigym.sim import Box
 
@@ -43,7 +43,7 @@ def test_plans_eval_tasks_within_limits(k):
 
 
 def test_block_scene_plan_keeps_s_out_of_the_block_and_t():
-    task = seed000_scenes()["block"]
+    task = pan_manocha_2016_scenes()["block"]
     prob = PourProblem.from_task(task)
     plan = plan_pour(prob)
     check_limits(plan)
@@ -86,7 +86,7 @@ def test_degenerate_problems_end_without_hanging():
 def test_agent_pours_into_t_in_the_particle_env():
     env = gym.make("taigym/Pour-v0")
     agent = taigym.agents.make("sqp", env)
-    row = taigym.agents.run_episode(env, agent, seed=0, task=seed000_scenes()["far"])
+    row = taigym.agents.run_episode(env, agent, seed=0, task=pan_manocha_2016_scenes()["far"])
     assert row["in_target"] > 0.9 and row["spilled"] < 0.05, row
     with pytest.raises(ValueError, match="accepted"):
         taigym.agents.make("sqp", env, lean=3)

@@ -15,7 +15,7 @@ def _standing_on_a_step_task():
     """A step task in torque control at 60 Hz, reset, and a stance agent whose model is set to
     the robot's state, ready for phases written by the test."""
     task = MultiContactTask(family="step")
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     obs, info = env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task
@@ -25,6 +25,32 @@ def _standing_on_a_step_task():
 
 def test_registered():
     assert "stance" in taigym.agents.available()
+
+
+def test_the_default_env_is_one_the_expert_drives_and_other_modes_raise_at_make():
+    """``gym.make("taigym/MultiContact-v1")`` with its defaults is torque control at 60 Hz, the
+    mode the expert's QP drives; an env configuration it cannot drive (v0's PD default, or a
+    control step too coarse for the QP: eval ladders 0 and 1 fail at 0.05 s) raises a
+    ValueError naming the argument when the agent is made, not a silent failure later."""
+    env = gym.make("taigym/MultiContact-v1")
+    assert env.unwrapped.control == "torque" and env.unwrapped.control_dt == pytest.approx(1 / 60)
+    taigym.agents.make("stance", env)
+    env.close()
+    for kw, name in ((dict(), "control"), (dict(control="torque"), "control_dt")):
+        env = gym.make("taigym/MultiContact-v0", **kw)
+        with pytest.raises(ValueError, match=name):
+            taigym.agents.make("stance", env)
+        env.close()
+
+
+@pytest.mark.integration
+def test_the_expert_reaches_the_goal_with_the_env_defaults():
+    """As a user calls it: the default env, the default agent, an eval step task."""
+    env = gym.make("taigym/MultiContact-v1")
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "step"][1]
+    out = taigym.agents.run_episode(env, taigym.agents.make("stance", env), seed=0, task=task)
+    assert out["success"] and not out["fell"]
+    env.close()
 
 
 def test_qp_controller_shifts_the_com_in_torque_control():
@@ -72,12 +98,14 @@ def test_a_shift_aims_inside_the_next_supports_equilibrium_region():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, index", [("step", 0), ("slope", 2), ("ladder", 1)])
+@pytest.mark.parametrize("family, index", [("step", 0), ("gap", 2), ("gap", 6), ("slope", 2), ("ladder", 1)])
 def test_expert_climbs(family, index):
-    """The expert reaches the goal of an eval scene without falling: a step with its rail, a
-    31 deg slope (steeper than a sole's friction cone, 28.8 deg: hands carry the rest) and a
-    ladder."""
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    """The expert reaches the goal of an eval scene without falling: a step with its rail, gaps
+    crossed with a hand on the wall (with the arm's joints left out of the posture task as the
+    hand swung, it never reached the wall and gap 2 fell; with the leg's as a foot stepped
+    across, gap 6 fell), a 31 deg slope (steeper than a sole's friction cone, 28.8 deg: hands
+    carry the rest) and a ladder."""
+    env = gym.make("taigym/MultiContact-v1")
     task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == family][index]
     obs, info = env.reset(seed=index, options={"task": task})
     agent = taigym.agents.make("stance", env)
@@ -96,24 +124,55 @@ def test_a_swing_that_cannot_land_is_abandoned_not_loaded(monkeypatch):
     import taigym.agents.stance as sa
 
     monkeypatch.setattr(sa, "PHASE_TIMEOUT", 0.3)
+    monkeypatch.setattr(sa, "MAX_REPLANS", 0)       # no replan: the robot holds the swing's stance
     env, obs, info, agent = _standing_on_a_step_task()
     com = agent.model.robot.com_and_jacobian()[0]
     feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
     q, quat = obs[:21].astype(float), obs[45:49].astype(float)
     hand = st.Contact("right_hand", "floor", 0.0)     # a support that must never be used
-    agent.phases = [dict(kind="swing", support=feet, limb="right_hand", target=np.array([1.0, -0.2, 1.0]),
+    agent.phases = [dict(kind="swing", support=feet, limb="right_hand", contact=hand, target=np.array([1.0, -0.2, 1.0]),
                          normal=np.array([-1.0, 0.0, 0.0]), com=com, q=q, quat=quat, grip=False, rot=None,
                          rung=False),
                     dict(kind="load", support=feet + [hand], load=["right_hand"], com=com, q=q, quat=quat),
                     dict(kind="hold", support=feet + [hand], com=com, q=q, quat=quat)]
     agent.k, agent.t_phase, agent.grip, agent.events = 0, 0.0, {h: False for h in hum.HANDS}, []
+    agent.replans = 0
     kinds = set()
-    for _ in range(360):
+    for _ in range(600):
         obs, _, term, _, info = env.step(agent.act(obs, info))
         kinds.add(agent.phases[agent.k]["kind"])
         assert not term
     assert [e for _, e in agent.events] == ["swing timed out", "swing timed out", "swing aborted"]
     assert "load" not in kinds and agent.phases[agent.k]["support"] == feet
+    assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
+    agent.model.close()
+    env.close()
+
+
+def test_a_contact_that_cannot_unload_is_not_released(monkeypatch):
+    """A shift onto the left sole alone with the CoM left between both soles: the right sole
+    keeps carrying half the weight, so it is not released (released, the robot falls); the shift
+    fails and the robot keeps standing on both soles."""
+    import taigym.agents.stance as sa
+
+    monkeypatch.setattr(sa, "MAX_REPLANS", 0)
+    env, obs, info, agent = _standing_on_a_step_task()
+    com = agent.model.robot.com_and_jacobian()[0]
+    feet = sorted(st.Contact(f, "floor", 0.0) for f in hum.FEET)
+    left = [c for c in feet if c.limb == "left_foot"]
+    q, quat = obs[:21].astype(float), obs[45:49].astype(float)
+    agent.phases = [dict(kind="shift", support=feet, com=com, q=q, quat=quat, unload=["right_foot"], next=left,
+                         sinks={}, forces={}),
+                    dict(kind="release", support=left, limbs=["right_foot"], com=com, q=q, quat=quat),
+                    dict(kind="hold", support=left, com=com, q=q, quat=quat)]
+    agent.k, agent.t_phase, agent.grip, agent.events, agent.replans = 0, 0.0, {h: False for h in hum.HANDS}, [], 0
+    kinds = set()
+    for _ in range(240):
+        obs, _, term, _, info = env.step(agent.act(obs, info))
+        kinds.add(agent.phases[agent.k]["kind"])
+        assert not term
+    assert [e for _, e in agent.events] == ["unload failed"] and "release" not in kinds
+    assert agent.phases[agent.k]["support"] == feet
     assert info["contacts"]["left_foot"] and info["contacts"]["right_foot"] and not info["fell"]
     agent.model.close()
     env.close()
@@ -152,7 +211,7 @@ def test_a_foot_under_a_rung_draws_back_before_it_rises():
     """A foot whose swing starts under the lowest rung first draws back level until its toe
     clears the rung (rising from there pushed it into the rung); a foot on a rung does not."""
     task = MultiContactTask(family="ladder", start=0.43, size=1.24, spacing=0.29)
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     agent = StanceAgent(env)
     agent._bars = task.scene()[1]
     centre, _, _, radius, _ = min(agent._bars, key=lambda b: b[0][2])
@@ -167,7 +226,7 @@ def test_a_foot_under_a_rung_draws_back_before_it_rises():
 def test_without_a_plan_the_expert_stands():
     """A search that ends without a plan (here: no time budget) leaves the robot standing in
     torque control, held by the QP on both soles."""
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     task = MultiContactTask(family="slope", size=0.6)
     obs, info = env.reset(seed=0, options={"task": task})
     agent = taigym.agents.make("stance", env, time_limit=0.0)
@@ -188,7 +247,7 @@ def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
     import pybullet as p
     from taigym.agents import stance as sa
     task = MultiContactTask(family="ladder", start=0.45, size=1.2)
-    env = gym.make("taigym/MultiContact-v0", control="torque", control_dt=1 / 60)
+    env = gym.make("taigym/MultiContact-v1")
     env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task

@@ -9,7 +9,9 @@ from scipy import sparse
 import taigym
 from taigym.envs.multicontact_tasks import MultiContactTask
 from taigym.planners import stance as st
+from taigym.planners import stance_ik, stance_statics
 from taigym.sim import humanoid as hum
+from taigym.sim.constants import GRAVITY
 
 TASK = MultiContactTask(family="gap", start=0.45, size=0.4)
 
@@ -47,7 +49,7 @@ def test_checker_rejects_bad_stances(start_step):
 
 @pytest.fixture(scope="module")
 def walk():
-    return st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, time_limit=40.0)
+    return st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1)
 
 
 def test_planner_solves_a_short_walk_and_every_step_checks(walk):
@@ -92,18 +94,32 @@ def test_every_foot_step_has_a_balanced_transition_with_the_foot_lifted(walk, mo
             check = st.Step(b.support, b.support, *b.transition, points, tau)
             assert st.check_step(TASK, check) == []
         # a lift the leg cannot reach (hip about 0.9 m up, leg 0.8 m): no transition, so no move
-        monkeypatch.setattr(st, "SWING_CLEARANCE", 3.0)
+        monkeypatch.setattr(stance_ik, "SWING_CLEARANCE", 3.0)
         a, b, new = feet_steps[0]
         assert st.solve_transition(model, (a.base_pos, a.base_quat, a.q), b, new.limb) is None
     finally:
         model.close()
 
 
+def test_a_replan_starts_where_the_robot_stands_and_avoids_the_move_that_failed(walk):
+    """From a stance of the plan and its configuration (as the agent replans when a transition
+    failed), the planner searches from that stance and never takes the excluded move from it."""
+    stance, step = walk.stances[0], walk.steps[0]          # both soles down; the plan lets go of one
+    failed = st.move_signature(walk.stances[0], walk.stances[1])
+    assert failed[0] == "release"
+    plan = st.plan(TASK, goal=np.array([0.3, 0.0, 0.0]), goal_radius=0.1, max_nodes=200,
+                   start=(stance, (step.base_pos, step.base_quat, step.q)),
+                   exclude=frozenset({(st.stance_key(stance), failed)}))
+    assert plan.solved and plan.stances[0] == tuple(sorted(stance))
+    assert all(not (st.stance_key(a) == st.stance_key(stance) and st.move_signature(a, b) == failed)
+               for a, b in zip(plan.stances, plan.stances[1:]))
+
+
 def test_osqp_matrices_built_directly_equal_scipys():
     """The IK's QPs get their CSC matrices built directly, exactly as scipy would store them: the
     search's outcomes hinge on the last bit of the IK's results."""
     M = np.random.default_rng(0).normal(size=(9, 7)) * (np.random.default_rng(1).random((9, 7)) < 0.4)
-    a, b = st._csc(M), sparse.csc_matrix(M)
+    a, b = stance_statics.csc(M), sparse.csc_matrix(M)
     assert a.shape == b.shape and a.has_sorted_indices
     assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("data", "indices", "indptr"))
 
@@ -122,8 +138,8 @@ def test_ladder_stances_keep_the_hands_on_the_robots_side_of_the_rungs():
         step, stance = st.start_state(model)
         (o, n), = model.ladder_planes
         solved = 0
-        for estimate, solve in st._moves(model, stance, (step.base_pos, step.base_quat, step.q), task.goal()):
-            if not any(c.limb in st.hum.HANDS and c.surface.startswith("rung") for c in estimate):
+        for estimate, solve in st.adjacent_moves(model, stance, (step.base_pos, step.base_quat, step.q), task.goal()):
+            if not any(c.limb in hum.HANDS and c.surface.startswith("rung") for c in estimate):
                 continue
             res = solve()
             if res is None:
@@ -131,7 +147,7 @@ def test_ladder_stances_keep_the_hands_on_the_robots_side_of_the_rungs():
             solved += 1
             s = res[1]
             model.set((s.base_pos, s.base_quat, s.q))
-            for h in st.hum.HANDS:
+            for h in hum.HANDS:
                 assert (model.limb_ref(h) - o) @ n >= 0.5 * st.HAND_PLANE_CLEARANCE
         assert solved >= 2
     finally:
@@ -151,7 +167,7 @@ def test_ladder_plans_keep_a_free_foot_off_the_rungs():
         free = 0
         for s in plan.steps:
             model.set((s.base_pos, s.base_quat, s.q))
-            for f in set(st.hum.FEET) - {c.limb for c in s.touching}:
+            for f in set(hum.FEET) - {c.limb for c in s.touching}:
                 free += 1
                 assert (model.limb_ref(f) - o) @ n >= 0.5 * st.FOOT_PLANE_CLEARANCE
         assert free >= 1
@@ -221,12 +237,12 @@ def test_com_accel_margin_is_the_zero_moment_point_bound():
         lo, hi = pts[:, :2].min(0), pts[:, :2].max(0)
         h = 0.9                                        # m, CoM height above the sole
         com = np.r_[(lo + hi) / 2 + np.array([0.0, 0.02]), pts[0, 2] + h]   # 2 cm towards the +y edge
-        expected = hum.GRAVITY * (hi[1] - com[1]) / h  # towards -y, the CoP on the +y edge
+        expected = GRAVITY * (hi[1] - com[1]) / h  # towards -y, the CoP on the +y edge
         assert st.com_accel_margin(model, sole, com) == pytest.approx(expected, rel=1e-3)
         assert st.com_accel_margin(model, sole, com + np.array([0.0, 0.1, 0.0])) == 0.0
         both = sole + (st.Contact("right_foot", "floor", 0.0),)
         mid = np.r_[(lo[0] + hi[0]) / 2, 0.0, com[2]]      # between the soles: the soles' length binds
-        assert st.com_accel_margin(model, both, mid) == pytest.approx(hum.GRAVITY * (hi[0] - lo[0]) / 2 / h, rel=1e-3)
+        assert st.com_accel_margin(model, both, mid) == pytest.approx(GRAVITY * (hi[0] - lo[0]) / 2 / h, rel=1e-3)
     finally:
         model.close()
 

@@ -23,6 +23,7 @@ def eval_tasks():
     return taigym.envs.tasks("transport3d", "eval")
 
 
+@pytest.mark.integration
 def test_check_env_and_fixed_disjoint_splits(env, eval_tasks):
     check_env(env.unwrapped, skip_render_check=True)
     assert env.observation_space.shape == (OBS_SIZE,)
@@ -50,6 +51,7 @@ def test_jacobian_is_the_container_velocity():
     arm.close()
 
 
+@pytest.mark.integration
 def test_held_still_the_liquid_stays(env, eval_tasks):
     env.reset(seed=0, options={"task": eval_tasks[0]})
     for _ in range(20):
@@ -71,6 +73,7 @@ def _tilt_to(env, task, target, rate):
     return info
 
 
+@pytest.mark.integration
 def test_tilting_below_the_max_tilt_keeps_the_liquid_and_past_it_spills(env, eval_tasks):
     task = eval_tasks[0]
     env.reset(seed=0, options={"task": task})
@@ -80,6 +83,7 @@ def test_tilting_below_the_max_tilt_keeps_the_liquid_and_past_it_spills(env, eva
     assert _tilt_to(env, task, theta + 0.4, 0.5)["spilled"] > 0.05
 
 
+@pytest.mark.integration
 def test_carry_reaches_the_goal_without_spilling(env, eval_tasks):
     """The resolved-rate reference carries the container over a box and without one."""
     agent = agents.make("carry", env)
@@ -93,6 +97,7 @@ def test_carry_reaches_the_goal_without_spilling(env, eval_tasks):
         assert info["success"] and info["spilled"] <= 1e-3 and not info["collided"]
 
 
+@pytest.mark.integration
 def test_collision_with_the_table_ends_the_episode(env, eval_tasks):
     env.reset(seed=0, options={"task": eval_tasks[0]})
     for _ in range(100):
@@ -102,6 +107,7 @@ def test_collision_with_the_table_ends_the_episode(env, eval_tasks):
     assert info["collided"] and term and reward < -0.5
 
 
+@pytest.mark.integration
 def test_bad_input_is_named(env, eval_tasks):
     with pytest.raises(ValueError, match="fill"):
         Transport3DTask(start=eval_tasks[0].start, goal=eval_tasks[0].goal, fill=1.2)
@@ -118,6 +124,7 @@ def test_bad_input_is_named(env, eval_tasks):
             env.step(bad)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("layout", ["box", "shelf", "gap"])
 def test_sfrrt_delivers_past_boxes_into_shelves_and_between_posts(env, eval_tasks, layout):
     """The expert plans a path the arm can follow (no fallback), and, run in the particle

@@ -4,7 +4,7 @@
 planner; Pour-v0 and, in joint space, Pour3D-v0), ``cmaes`` (Pan & Manocha 2017's CMA-ES pour
 search, Pour-v0), ``sfrrt`` (the SFRRT* paper's (2024) planner; Transport-v0 and
 Transport3D-v0), ``carry`` (Transport3D-v0's straight-line carrier), ``stance`` (Bouyarmane &
-Kheddar's multi-contact planner with a QP controller, MultiContact-v0). Learned: ``bc``,
+Kheddar's multi-contact planner with a QP controller, MultiContact-v1). Learned: ``bc``,
 ``dagger`` (torch MLPs), ``rh`` (Pan & Manocha 2017's receding-horizon planner over a learned
 liquid model, Pour-v0), ``ppo``, ``sac`` (Stable-Baselines3); they are trained by
 :mod:`taigym.training` (``python -m taigym.apps.train``). Baselines: ``scripted`` (Pour-v0),

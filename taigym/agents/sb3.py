@@ -3,6 +3,13 @@
 :class:`SB3Agent` wraps an SB3 model in the taigym agent protocol (``act`` is the deterministic
 policy; ``save(path)`` / ``load(path, env)``); :func:`build_model` builds an untrained one from
 the agent's options (:func:`check_cfg`). Training is :mod:`taigym.training.sb3`.
+
+A model trained on normalised observations (SB3's ``VecNormalize``) carries the normaliser's
+statistics in its file (the model attribute ``taigym_obs_norm``: mean, variance, clip,
+epsilon), and ``act`` applies them: one file is the whole policy. A model also carries the env
+arguments it was trained for that change what an action or an observation means
+(``taigym_env_kwargs``, e.g. ``{"pivot": "lip"}`` on Pour-v0; :attr:`SB3Agent.env_kwargs`); an
+app evaluating it builds its env with them.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from .base import Agent
 CHECKPOINT_DIR = "checkpoints"     # a train run directory's checkpoints (taigym.training.sb3)
 MODEL_FILE = "model.zip"
 FINAL_CHECKPOINT = "agent.zip"     # what the train app saves the returned agent as
+OBS_NORM_ATTR = "taigym_obs_norm"  # model attribute (saved in its zip): the observation normaliser
+ENV_KWARGS_ATTR = "taigym_env_kwargs"   # model attribute: the env arguments the policy acts under
 
 #: options shared by every SB3 agent (the algorithm's own hyperparameters come on top)
 COMMON_DEFAULTS: dict[str, Any] = {
@@ -34,9 +43,18 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "progress_bar": False,
     "log_interval": 1,               # SB3's: rollouts (on-policy) or episodes (off-policy)
     "wandb_gradient_freq": 0,        # W&B's SB3 callback: log gradients every N steps (0: off)
+    "vec_env": "auto",               # auto: the env's batched engine if it has one, else dummy;
+                                     # batched, dummy (DummyVecEnv), subproc (SubprocVecEnv)
+    "normalize_obs": False,          # VecNormalize's running mean / variance of observations
+    "normalize_reward": False,       # VecNormalize's scaling of rewards by the return's std
+    "policy_env_kwargs": None,       # env arguments the policy is trained for and carries ({pivot: lip})
+    "train_env_kwargs": None,        # env arguments for the training envs only (reward, curriculum)
+    "eval_every": 0,                 # env steps between evaluations on the eval split (0: none)
+    "eval_episodes": 100,            # tasks of the eval split each of those runs
 }
 #: keys of the agent's options that are not keyword arguments of the SB3 algorithm
 NON_ALGO_KEYS = set(COMMON_DEFAULTS) | {"save_replay_buffer"}
+VEC_ENVS = ("auto", "batched", "dummy", "subproc")
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU",
                "gelu": "GELU", "silu": "SiLU"}
 
@@ -52,6 +70,14 @@ def check_cfg(cfg: Mapping | None, defaults: Mapping[str, Any], algo: str) -> di
     for key in ("total_timesteps", "n_envs", "checkpoint_every"):
         if not (isinstance(out[key], (int, np.integer)) and out[key] >= (0 if key == "total_timesteps" else 1)):
             raise ValueError(f"{algo} option {key} must be a positive integer, got {out[key]!r}")
+    if out["vec_env"] not in VEC_ENVS:
+        raise ValueError(f"{algo} option vec_env must be one of {', '.join(VEC_ENVS)}, got {out['vec_env']!r}")
+    for key in ("eval_every", "eval_episodes"):
+        if isinstance(out[key], bool) or not isinstance(out[key], (int, np.integer)) or out[key] < 0:
+            raise ValueError(f"{algo} option {key} must be an integer >= 0, got {out[key]!r}")
+    for key in ("policy_env_kwargs", "train_env_kwargs"):
+        if out[key] is not None and not isinstance(out[key], Mapping):
+            raise ValueError(f"{algo} option {key} must be a mapping of env arguments or null, got {out[key]!r}")
     return out
 
 
@@ -119,8 +145,13 @@ class SB3Agent(Agent):
     def num_timesteps(self) -> int:
         return int(getattr(self.model, "num_timesteps", 0))
 
+    @property
+    def env_kwargs(self) -> dict:
+        """The env arguments the policy was trained for (an evaluation builds its env with them)."""
+        return dict(getattr(self.model, ENV_KWARGS_ATTR, None) or {})
+
     def act(self, obs, info: dict) -> np.ndarray:
-        action, _ = self.model.predict(obs, deterministic=True)
+        action, _ = self.model.predict(normalize_obs(self.model, obs), deterministic=True)
         return np.asarray(action, np.float32)
 
     def save(self, path: str | Path) -> Path:
@@ -141,6 +172,22 @@ class SB3Agent(Agent):
         return cls(env, checkpoint=path, model=model)
 
 
+def normalize_obs(model, obs):
+    """``obs`` normalised as the model was trained (``taigym_obs_norm``; unchanged without it)."""
+    norm = getattr(model, OBS_NORM_ATTR, None)
+    if not norm:
+        return obs
+    z = (np.asarray(obs, np.float64) - np.asarray(norm["mean"])) / np.sqrt(np.asarray(norm["var"]) + norm["epsilon"])
+    return np.clip(z, -norm["clip"], norm["clip"]).astype(np.float32)
+
+
+def attach_obs_norm(model, vec_normalize) -> None:
+    """Record ``vec_normalize``'s observation statistics on ``model`` (saved with it)."""
+    rms = vec_normalize.obs_rms
+    setattr(model, OBS_NORM_ATTR, {"mean": rms.mean.tolist(), "var": rms.var.tolist(),
+                                   "clip": float(vec_normalize.clip_obs), "epsilon": float(vec_normalize.epsilon)})
+
+
 def algo_keys(hp: Mapping) -> dict:
     """The algorithm's constructor keyword arguments: ``hp`` without the taigym options."""
     return {k: v for k, v in hp.items() if k not in NON_ALGO_KEYS}
@@ -159,5 +206,6 @@ def build_model(algo_cls, hp: Mapping, venv, kwargs: Mapping):
                     verbose=int(hp["verbose"]), policy_kwargs=policy_kwargs(hp["policy_kwargs"]), **kw)
 
 
-__all__ = ["CHECKPOINT_DIR", "COMMON_DEFAULTS", "FINAL_CHECKPOINT", "MODEL_FILE", "NON_ALGO_KEYS", "SB3Agent",
-           "algo_keys", "build_model", "check_cfg", "policy_kwargs", "save_model_atomic", "single_vec"]
+__all__ = ["CHECKPOINT_DIR", "COMMON_DEFAULTS", "ENV_KWARGS_ATTR", "FINAL_CHECKPOINT", "MODEL_FILE", "NON_ALGO_KEYS",
+           "OBS_NORM_ATTR", "SB3Agent", "VEC_ENVS", "algo_keys", "attach_obs_norm", "build_model", "check_cfg",
+           "normalize_obs", "policy_kwargs", "save_model_atomic", "single_vec"]

@@ -125,6 +125,17 @@ def make_env(env_cfg: Mapping, **overrides):
     return FixedTask(env, task) if task is not None else env
 
 
+def env_config(name: str) -> dict:
+    """The env config ``taigym/conf/env/<name>.yaml`` (as ``env=<name>`` gives it)."""
+    from omegaconf import OmegaConf
+
+    path = Path(__file__).resolve().parent.parent / "conf" / "env" / f"{name}.yaml"
+    if not path.exists():
+        available = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"env config {name!r} does not exist; available: {', '.join(available)}")
+    return to_plain(OmegaConf.load(path))
+
+
 def env_factory(env_cfg: Mapping, **overrides) -> Callable:
     """A picklable zero-argument env constructor (for SB3's vector envs, Ray workers)."""
     return functools.partial(make_env, to_plain(env_cfg), **overrides)

@@ -52,8 +52,12 @@ def run_agent(env_cfg: Mapping, agent_cfg: Mapping, planner_cfg: Mapping | None,
         name = agent_name(agent_cfg, env_cfg)
         if agent is None:
             agent = build_agent(name, env, agent_options(agent_cfg, planner_cfg, env_cfg, acting=True), checkpoint)
-        else:
-            agent.env = env
+        policy_kwargs = dict(getattr(agent, "env_kwargs", None) or {})   # what the policy was trained for
+        if any(env.unwrapped.spec.kwargs.get(k) != v for k, v in policy_kwargs.items()):
+            log.info("%s acts with env arguments %s (from its checkpoint)", name, policy_kwargs)
+            env.close()
+            env = make_env(env_cfg, **kwargs, **policy_kwargs)
+        agent.env = env
         metrics = episode_metrics(env)
         frames: list = []
         rows = []

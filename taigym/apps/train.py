@@ -19,14 +19,20 @@ built by ``taigym.agents.make(agent.expert, env)`` on an env of its own (``exper
 After training, the app saves the returned agent as ``<run_dir>/<its checkpoint_name>``
 (``agent.pt``; ``agent.zip`` for SB3), logs it as an artifact and, with ``eval_episodes > 0``,
 evaluates it on the eval split (``metrics.json``, ``eval/*`` metrics, a video of the first
-``video_episodes``). Ends with one line of JSON. Config: ``taigym/conf/train.yaml``; agent
-hyperparameters in ``taigym/conf/agent/<name>.yaml``.
+``video_episodes``); if the env config names a ``transfer_eval`` env config (pour_simplified:
+``pour``, the particle physics), the agent is evaluated on its eval tasks too
+(``metrics_<name>.json``). Learned agents act in an env built with the env arguments they
+were trained for (an SB3 agent's ``env_kwargs``). ``result.json`` holds the summary (train
+seconds, headline metrics, the load average). Ends with one line of JSON. Config:
+``taigym/conf/train.yaml``; agent hyperparameters in ``taigym/conf/agent/<name>.yaml``, tuned for an env in
+``taigym/conf/recipe/<agent>_<env>.yaml`` when that file exists (``ppo_pour_simplified.yaml``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,12 +40,13 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from taigym.training.loggers import make_logger
+from taigym.training.loggers import NullLogger, make_logger
 
-from .common import (agent_options, build_agent, count, env_factory, expert_spec, hydra_app, set_torch_threads,
-                     to_plain, trainer, write_atomic)
+from .common import (agent_options, build_agent, count, env_config, env_factory, expert_spec, hydra_app,
+                     set_torch_threads, to_plain, trainer, write_atomic)
 
 log = logging.getLogger(__name__)
+RESULT_FILE = "result.json"     # the run's summary (what the app prints last)
 
 
 def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) -> dict:
@@ -81,18 +88,38 @@ def run_training(cfg: DictConfig | Mapping, run_dir: str | Path, logger=None) ->
         result: dict[str, Any] = {"agent": name, "env": env_cfg["name"], "run_dir": str(run_dir),
                                   "checkpoint": str(final), "train_seconds": round(train_seconds, 3)}
         if episodes > 0:
-            from .evaluate import evaluate_cfg, headline
-
-            video = int(plain.get("video_episodes", 0) or 0) if plain.get("logger", {}).get("name") != "none" else 0
-            ev_cfg = {"env": env_cfg, "agent": agent_cfg, "planner": planner_cfg, "episodes": episodes,
-                      "split": plain.get("eval_split", "eval"), "seed": int(plain.get("seed", 0)),
-                      "checkpoint": str(final), "video_episodes": min(video, episodes), "progress": False}
-            out = evaluate_cfg(ev_cfg, run_dir, agent=agent, logger=logger, step=step)
-            result["eval"] = headline(out)
+            result["eval"] = _evaluate(plain, env_cfg, agent, final, run_dir, logger, step, episodes)
+            transfer = env_cfg.get("transfer_eval")
+            if transfer and plain.get("transfer_eval", False):     # train.yaml: true; sweeps: no
+                result["transfer_eval"] = _evaluate(plain, env_config(transfer), agent, final, run_dir, logger,
+                                                    step, episodes, filename=f"metrics_{transfer}.json")
+        result["load"] = [round(x, 2) for x in os.getloadavg()]
+        write_atomic(run_dir / RESULT_FILE, json.dumps(result, indent=1))
     finally:
         if own_logger:
             logger.finish()
     return result
+
+
+def _evaluate(plain: Mapping, env_cfg: Mapping, agent, checkpoint: Path, run_dir: Path, logger, step: int,
+              episodes: int, filename: str = "metrics.json") -> dict:
+    """The trained agent on the first ``episodes`` tasks of the eval split of ``env_cfg`` (its
+    env built with the env arguments the agent was trained for): ``run_dir/filename``."""
+    from .evaluate import evaluate_cfg, headline
+
+    primary = filename == "metrics.json"         # the training env's: eval/* metrics and the video
+    logged = primary and plain.get("logger", {}).get("name") != "none"
+    video = int(plain.get("video_episodes", 0) or 0) if logged else 0
+    ev_cfg = {"env": env_cfg, "agent": plain["agent"], "planner": plain.get("planner"), "episodes": episodes,
+              "split": plain.get("eval_split", "eval"), "seed": int(plain.get("seed", 0)),
+              "checkpoint": str(checkpoint), "video_episodes": min(video, episodes), "progress": False}
+    out = evaluate_cfg(ev_cfg, run_dir, agent=agent, logger=logger if primary else NullLogger(), step=step,
+                       filename=filename)
+    head = headline(out)
+    if not primary:
+        logger.log({f"eval_{env_cfg['name']}/{k}": v for k, v in head.items() if isinstance(v, (int, float))},
+                   step=step)
+    return head
 
 
 def _load_saved_config(run_dir: Path) -> dict | None:

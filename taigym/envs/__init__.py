@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact")
+FAMILIES = ("pour", "pour3d", "transport", "transport3d", "multicontact", "multicontact_soft")
 
 
 def tasks(family: str, split: str = "train") -> tuple:
@@ -33,6 +33,10 @@ def tasks(family: str, split: str = "train") -> tuple:
         from .multicontact_tasks import multicontact_tasks
 
         return multicontact_tasks(split)
+    if family == "multicontact_soft":
+        from .multicontact_tasks import soft_tasks
+
+        return soft_tasks(split)
     from .pour_tasks import pour_tasks
 
     return pour_tasks(split)
@@ -64,7 +68,11 @@ def _register() -> None:
     if "taigym/Pour3D-v0" not in gym.registry:
         gym.register(id="taigym/Pour3D-v0", entry_point="taigym.envs.pour3d:Pour3DEnv")
     if "taigym/MultiContact-v0" not in gym.registry:
-        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv")
+        # v0's defaults (PD position targets every 0.05 s), kept so that v0 results reproduce
+        gym.register(id="taigym/MultiContact-v0", entry_point="taigym.envs.multicontact:MultiContactEnv",
+                     kwargs={"control": "pd", "control_dt": 0.05})
+    if "taigym/MultiContact-v1" not in gym.registry:
+        gym.register(id="taigym/MultiContact-v1", entry_point="taigym.envs.multicontact:MultiContactEnv")
 
 
 _register()

@@ -1,25 +1,29 @@
-"""``taigym/MultiContact-v0``: humanoid locomotion that needs hands as well as feet (Bouyarmane
-2011, multi-contact planning).
+"""``taigym/MultiContact-v1``: humanoid locomotion that needs hands as well as feet (Bouyarmane 2011,
+"Multi-Contact Planning").
 
 pybullet (DIRECT mode, headless) simulates pybullet_data's MuJoCo humanoid (40.8 kg, 21
 revolute joints; see :mod:`taigym.sim.humanoid` for why this model and its torque limits) in a
 scene sampled from four families (:mod:`taigym.envs.multicontact_tasks`): a high step with a
 handrail, a gap crossed with a hand on a wall, a steep slope with a handrail and an inclined
-ladder. The robot starts standing on the floor at x = 0 facing +x; the task's goal is a point
+ladder; a fifth, ``soft`` (``family="soft"``), is a step whose top is a linear-elastic pad (the
+paper's extension to deformable supports): the pad's top face is a heightfield that a
+finite-element model of the pad moves with the robot's contact forces every physics step
+(:mod:`taigym.sim.soft_support`). The robot starts standing on the floor at x = 0 facing +x; the task's goal is a point
 where the midpoint of its soles must end. Hands may grasp bars (handrails, rungs): a grasp is a
 point-to-point constraint transmitting at most 600 N, made when the hand is commanded to grip
 within 2 cm of the bar's surface, released when the command stops.
 
 ## Action space
 
-``control="pd"`` (default): ``Box(-1, 1, (23,), float32)``:
+``control="torque"`` (default): ``Box(-1, 1, (23,), float32)``:
 
 | index | action | scale |
 |-------|--------|-------|
-| 0-20 | joint position targets, ``taigym.sim.humanoid.JOINTS`` order | -1 -> lower limit, 1 -> upper limit; PD (pybullet's position motors) with the joint's torque limit |
+| 0-20 | joint torques, ``taigym.sim.humanoid.JOINTS`` order | fractions of the joints' torque limits, held over the control step |
 | 21, 22 | right, left hand grip command | > 0 grips (if near a bar), <= 0 releases |
 
-``control="torque"``: the same with 0-20 joint torques as fractions of the torque limits.
+``control="pd"``: the same with 0-20 joint position targets (-1 -> lower limit, 1 -> upper
+limit) for pybullet's position motors (PD, gains ``kp``, ``kd``) with the joints' torque limits.
 Components outside [-1, 1] are clipped; a nan or an infinity, or an action of another shape,
 raises ``ValueError``.
 
@@ -53,7 +57,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
   pelvis touches the scene, the torso is less than 0.45 m above the lowest ground within 0.3 m
   of it (over the gap: 0.45 m above the floor's level), or it tilts more than 78 deg from
   upright).
-* Truncation: at ``horizon`` (default 60 s = 1200 steps of 0.05 s; a climb of 12-16 stances takes
+* Truncation: at ``horizon`` (default 60 s = 3600 steps of 1/60 s; a climb of 12-16 stances takes
   30-45 s at the ``stance`` expert's speeds) or on a blow-up (NaN state,
   ``info["sim_unstable"]``).
 
@@ -62,20 +66,37 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 ``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``stances`` (stances
 reached: changes of the set of limbs in contact that held for 0.25 s), ``contacts``
 (dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
-``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``.
+``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``, ``sink``
+(dict foot -> the pad's simulated sink under the sole's centre, m, for the feet touching a soft
+pad; empty on rigid scenes).
 
 ## Arguments
 
-``gym.make("taigym/MultiContact-v0", family=None, task_split=None, control="pd", horizon=60.0,
+``gym.make("taigym/MultiContact-v1", family=None, task_split=None, control="torque", horizon=60.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
-effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=0.05)``: ``family`` fixes
-the scene family of sampled tasks; ``task_split="train"|"eval"`` samples from a fixed split;
+effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=1/60)``:
+``family`` fixes the scene family of sampled tasks (default: one of the four rigid ones);
+``task_split="train"|"eval"`` samples from a fixed split (``family="soft"``: the soft split);
 ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
-``control_dt`` (default 0.05 s = 12 physics steps of 1/240 s; a multiple of 1/240 s up to 0.1 s);
-the progress, alive and effort terms are per control step.
+``control_dt`` (default 1/60 s = 4 physics steps of 1/240 s; a multiple of 1/240 s up to
+0.1 s); the progress, alive and effort terms are per control step.
+
+Why torque control at 60 Hz by default: it is the mode of the env's expert (the ``stance``
+agent's QP computes joint torques; pybullet's position motors are stiff velocity constraints
+that cannot render them, and with them the expert falls within seconds), so expert
+demonstrations are actions an imitation learner (``bc``, ``dagger``) can copy in the default
+env; the QP needs the fine step (at 0.05 s it drops eval ladders 0 and 1 that it climbs at
+1/60 s); and it is the convention RL users of simulated humanoids know (Gymnasium's MuJoCo
+Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains available (and is
+``MultiContact-v0``).
 
 ## Version history
 
+* v1: the defaults are ``control="torque"`` and ``control_dt=1/60`` (v0: ``"pd"``, 0.05 s);
+  everything else is v0's. A new id because the default action now means torques, not position
+  targets: results and policies obtained with v0's defaults do not carry over. Added with it
+  (both versions, nothing of the four rigid families changes): the ``soft`` family and
+  ``info["sink"]``.
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): info gains ``stances``; ``metadata["episode_metrics"]`` declares what
   evaluations report.
@@ -92,10 +113,12 @@ import pybullet as p
 from gymnasium import spaces
 
 from taigym.sim import humanoid as hum
-from taigym.sim.constants import CONTROL_DT
+from taigym.sim.constants import GRAVITY, TORQUE_CONTROL_DT
+from taigym.sim.soft_support import SoftSupport
 
 from .checks import check_action
-from .multicontact_tasks import FAMILIES, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task
+from .multicontact_tasks import (FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task,
+                                 soft_tasks)
 
 STANCE_HOLD = 0.25          # s: a new set of limbs in contact counts in info["stances"] once held this long
 PHYSICS_DT = 1.0 / 240.0
@@ -120,11 +143,11 @@ class MultiContactEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20,
                 "episode_metrics": {"success": "rate", "fell": "rate", "goal_distance": "mean", "stances": "mean"}}
 
-    def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "pd",
+    def __init__(self, family: str | None = None, task_split: str | None = None, control: str = "torque",
                  horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
-                 kd: float = 1.0, control_dt: float = CONTROL_DT):
+                 kd: float = 1.0, control_dt: float = TORQUE_CONTROL_DT):
         if family is not None and family not in FAMILIES:
             raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
         if task_split is not None and task_split not in SPLIT_SIZES:
@@ -140,7 +163,6 @@ class MultiContactEnv(gym.Env):
         if not (16 <= h <= 2048 and 16 <= w <= 2048):
             raise ValueError(f"render_size must be (height, width) in [16, 2048]; got {render_size!r}")
         self.family, self.task_split, self.control = family, task_split, control
-        self.horizon = _number("horizon", horizon, CONTROL_DT, 600.0)
         self.render_mode, self.render_size = render_mode, (h, w)
         self.progress_weight = _number("progress_weight", progress_weight, 0.0, 1e3)
         self.alive_bonus = _number("alive_bonus", alive_bonus, 0.0, 10.0)
@@ -154,6 +176,7 @@ class MultiContactEnv(gym.Env):
         if abs(self.substeps * PHYSICS_DT - dt) > 1e-9:
             raise ValueError(f"control_dt must be a multiple of 1/240 s in [1/240, 0.1], got {control_dt!r}")
         self.control_dt = self.substeps * PHYSICS_DT
+        self.horizon = _number("horizon", horizon, self.control_dt, 600.0)
         self.action_space = spaces.Box(-1.0, 1.0, (hum.N_JOINTS + 2,), np.float32)
         lo = np.concatenate([np.full(21, -np.pi), np.full(21, -30.0), np.full(3, -5.0), np.full(4, -1.0),
                              np.full(3, -10.0), np.full(3, -20.0), np.zeros(6), np.full(3, -5.0)])
@@ -175,7 +198,7 @@ class MultiContactEnv(gym.Env):
         task = (options or {}).get("task")
         if task is None:
             if self.task_split is not None:
-                pool = multicontact_tasks(self.task_split)
+                pool = soft_tasks(self.task_split) if self.family == "soft" else multicontact_tasks(self.task_split)
                 if self.family is not None:
                     pool = tuple(t for t in pool if t.family == self.family)
                 task = pool[int(self.np_random.integers(len(pool)))]
@@ -190,11 +213,13 @@ class MultiContactEnv(gym.Env):
         p.resetSimulation(physicsClientId=c)
         p.setPhysicsEngineParameter(fixedTimeStep=PHYSICS_DT, numSolverIterations=50,
                                     deterministicOverlappingPairs=1, physicsClientId=c)
-        p.setGravity(0, 0, -hum.GRAVITY, physicsClientId=c)
+        p.setGravity(0, 0, -GRAVITY, physicsClientId=c)
         self.robot = hum.Robot.load(c)
         boxes, bars = task.scene()
         self.scene_ids = hum.build_scene(c, boxes, bars)
         self.bars = list(zip(self.scene_ids[len(boxes):], bars))
+        self.soft = [SoftSupport(c, b, FLOOR_FRICTION) for b in task.soft_blocks()]
+        self.scene_ids += [i for sup in self.soft for i in sup.body_ids]
         hum.place_standing(self.robot, x=0.0)
         self._grasps = {h: None for h in hum.HANDS}
         self.time = 0.0
@@ -225,6 +250,10 @@ class MultiContactEnv(gym.Env):
                 p.setJointMotorControlArray(rob.body, joints, p.TORQUE_CONTROL,
                                             forces=list(a[:21] * hum.TORQUE_LIMITS), physicsClientId=c)
             p.stepSimulation(physicsClientId=c)
+            if self.soft:      # the pads' top faces follow the contact forces (taigym.sim.soft_support)
+                soles = {rob.link_index[hum.LIMB_LINK[f]]: rob.limb_points(f) for f in hum.FEET}
+                for sup in self.soft:
+                    sup.update(rob.body, PHYSICS_DT, soles)
             js = p.getJointStates(rob.body, joints, physicsClientId=c)
             torque += np.array([s[3] for s in js]) if self.control == "pd" else a[:21] * hum.TORQUE_LIMITS
         self._torque = torque / self.substeps
@@ -321,6 +350,22 @@ class MultiContactEnv(gym.Env):
         up = np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3)[:, 2]
         return bool(up[2] < math.cos(FALL_TILT))
 
+    def sinks(self) -> dict[str, float]:
+        """Per foot touching a soft pad: the pad's simulated sink under it, the depression of the
+        pad's top face below the sole's centre (m, positive down; the finite-element model's
+        state, not the sole's height, which pybullet's contact penetration blurs by a millimetre
+        as the face moves)."""
+        out = {}
+        if not self.soft:
+            return out
+        touching = self._touching_links()
+        for f in hum.FEET:
+            mid = self.robot.limb_points(f).mean(axis=0)
+            for sup in self.soft:
+                if hum.LIMB_LINK[f] in touching and sup.block.contains(mid[0], mid[1]):
+                    out[f] = sup.dent(mid[0], mid[1])
+        return out
+
     def sole_midpoint(self) -> np.ndarray:
         pts = np.vstack([self.robot.limb_points(f) for f in hum.FEET])
         return pts.mean(axis=0)
@@ -349,7 +394,7 @@ class MultiContactEnv(gym.Env):
                 "time": float(self.time), "goal_distance": float(self._dist), "stances": int(self.stances),
                 "contacts": self.contacts(),
                 "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
-                "contact_violation": bool(violation), "family": self.task.family,
+                "contact_violation": bool(violation), "family": self.task.family, "sink": self.sinks(),
                 "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}
 
     # ------------------------------------------------------------------ render

@@ -75,7 +75,7 @@ of ``oval``, ``cup``, ``frustum``), ``fill`` ((0, 1]) and ``viscosity`` (Pa s, [
 unless None, fixes that field of every sampled task, as Pour-v0's arguments of the same names
 (the other fields are drawn as before; T is still deepened to hold 1.5x S's liquid; not with
 ``task_split``); ``horizon`` (s, [0.5, 60]), ``dx`` (liquid grid spacing, m,
-[0.005, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
+[0.0035, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
 ``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
@@ -88,6 +88,10 @@ compilation and no new memory.
 * v0 (2026-11-24): initial version.
 * v0 (2026-11-27): ``metadata["episode_metrics"]`` declares what evaluations report (no change to
   the dynamics).
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
+  ``dx`` accepts 3.5 mm.
 """
 
 from __future__ import annotations
@@ -105,8 +109,9 @@ from ..sim.constants import CONTROL_DT
 from ..sim.geometry import densify
 from .checks import bounded_float, check_action, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
-from .pour import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION, SUCCESS_IN_TARGET,
-                   SUCCESS_MAX_SPILLED, shape_features)
+from .pour_config import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION,
+                          SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED)
+from .pour_geometry import shape_features
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .pour_tasks import MAX_VISCOSITY
@@ -217,8 +222,8 @@ class Pour3DEnv(gym.Env):
                              f"be combined with {', '.join(fixed)}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 60):
             raise ValueError(f"horizon must be in [0.5, 60] s, got {horizon!r}")
-        if not (isinstance(dx, (int, float)) and 0.005 <= dx <= 0.012):
-            raise ValueError(f"dx must be in [0.005, 0.012] m, got {dx!r}")
+        if not (isinstance(dx, (int, float)) and 0.0035 <= dx <= 0.012):
+            raise ValueError(f"dx must be in [0.0035, 0.012] m, got {dx!r}")
         if fidelity != "particles":
             raise ValueError(f"fidelity must be 'particles' (Pour3D-v0 has no reduced model yet), "
                              f"got {fidelity!r}")

@@ -24,7 +24,7 @@ the task's cross-section in that plane as a 2D Pour task (``taigym.envs.pour_tas
 robot's y axis, 0.5-0.6 m in front of its base, within 25 cm of its x axis, 15-40 cm apart either way, S's inner bottom
 3-12 cm above T's rim; S 6-9 cm wide (a bottle's body; its neck 0.45-0.6 of that), 8-12 cm tall,
 fill 0.3-0.8; T 8-12 cm wide, 6-10 cm tall, holding at least 1.5x S's liquid; viscosity
-log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`seed000_scenes` has Pan & Manocha 2016's two scenes.
+log-uniform in [1e-3, 0.1] Pa s; no obstacles. :func:`pan_manocha_2016_scenes` has Pan & Manocha 2016's two scenes.
 """
 
 from __future__ import annotations
@@ -287,8 +287,8 @@ def pour3d_tasks(split: str = "train") -> tuple[Pour3DTask, ...]:
     return tuple(sample_task(rng) for _ in range(SPLIT_SIZES[split]))
 
 
-def seed000_scenes(viscosity: float = 1e-3) -> dict[str, Pour3DTask]:
-    """Pan & Manocha 2016's two scenes in 3D, as ``pour_tasks.seed000_scenes`` in 2D: S a bottle (4 cm
+def pan_manocha_2016_scenes(viscosity: float = 1e-3) -> dict[str, Pour3DTask]:
+    """Pan & Manocha 2016's two scenes in 3D, as ``pour_tasks.pan_manocha_2016_scenes`` in 2D: S a bottle (4 cm
     neck on an 8 cm body, 12 cm tall, fill 0.6), T a 10 cm wide, 8 cm tall cylinder, 40 cm
     apart along the robot's y axis, 55 cm in front of its base.
 

@@ -18,10 +18,11 @@ import math
 import numpy as np
 
 from taigym.models.simplified import SimplifiedLiquid, fit_for, jet_drag, landing, path_x
-from taigym.sim.constants import GRAVITY
+from taigym.sim.constants import CONTROL_DT, GRAVITY
 
-from . import render as _render
-from .pour import CONTROL_DT, DOMAIN, Member, PourBatch
+from . import render
+from .pour_batch import Member, PourBatch
+from .pour_tasks import DOMAIN
 
 _FLIGHT_SAMPLES = 8             # points per outflow path checked against the obstacles
 
@@ -43,7 +44,7 @@ def _columns(poly: np.ndarray, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=256)
-def _lines(source, obs_mode: str, bins: int, dx: float) -> tuple[tuple, float, bool]:
+def column_lines(source, obs_mode: str, bins: int, dx: float) -> tuple[tuple, float, bool]:
     """S-frame vertical lines where the heightfield (bin centres) or the lip heights (three lines
     in a band beside each lip) are read, as (x, lo, hi): the line and the interior's span on
     it (m); the heights' scale 1 / S's height (1/m) and whether they need the clip to [0, 1.5]
@@ -194,34 +195,45 @@ class SimplifiedMember:
         return out
 
     def render_points(self, pose, t_pose, time: float, spacing: float):
-        """Points standing for the liquid (world, m) and their velocities, for drawing: a lattice
-        in S below the free surface, in T up to the level its share fills, and each in-flight
-        packet's position on its parabola."""
-        pts, vel = [], []
-        if self.liquid.volume > 0:
-            loc = self.source.fill_points(1.0, spacing)
-            x, y, th = pose
-            c, s = math.cos(th), math.sin(th)
-            w = np.column_stack((x + c * loc[:, 0] - s * loc[:, 1], y + s * loc[:, 0] + c * loc[:, 1]))
-            pts.append(w[w[:, 1] <= self.level(pose)])
-        if self.in_target > 0:
-            area = min(self.in_target * self.v0, self.target.interior_area)
-            lvl = self.target.free_surface_level(area, 0.0)
-            pts.append(self.target.fill_points(min(max(lvl / self.target.height, 1e-6), 1.0), spacing)
-                       + np.asarray(t_pose[:2]))
-        vel.append(np.zeros((sum(len(p) for p in pts), 2)))
-        for land, _, _, _, start, v, t0, carried, drag in self.packets:
-            tau = time - t0
-            if 0.0 <= tau <= land - t0:
-                for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
-                    tt = tau - d
-                    pts.append(np.array([[path_x(start[0], v[0], tt, drag, carried),
-                                          start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
-                    vel.append(np.array([[carried + (v[0] - carried) * math.exp(-drag * tt),
-                                          v[1] - GRAVITY * tt]]))
-        if not pts:
-            return np.zeros((0, 2)), np.zeros((0, 2))
-        return np.concatenate(pts), np.concatenate(vel)
+        """Points standing for the liquid (world, m) and their velocities, for drawing
+        (:func:`liquid_points`)."""
+        packets = [(start, v, t0, land, carried, drag)
+                   for land, _, _, _, start, v, t0, carried, drag in self.packets]
+        return liquid_points(self.source, self.target, self.liquid.volume, self.level(pose),
+                             self.in_target * self.v0, packets, pose, t_pose, time, spacing)
+
+
+def liquid_points(source, target, volume: float, level: float, area_in_target: float,
+                  packets, pose, t_pose, time: float, spacing: float):
+    """Points standing for the liquid (world, m) and their velocities, for drawing: a lattice in
+    S (at ``pose``) below the free surface ``level`` (world y, m) if S holds ``volume`` > 0, in T
+    up to the level that ``area_in_target`` (m^2) fills, and each in-flight packet's position
+    on its path; ``packets`` = [(start, velocity, emit time, land time, carried v_x, drag)]."""
+    pts, vel = [], []
+    if volume > 0:
+        loc = source.fill_points(1.0, spacing)
+        x, y, th = pose
+        c, s = math.cos(th), math.sin(th)
+        w = np.column_stack((x + c * loc[:, 0] - s * loc[:, 1], y + s * loc[:, 0] + c * loc[:, 1]))
+        pts.append(w[w[:, 1] <= level])
+    if area_in_target > 0:
+        area = min(area_in_target, target.interior_area)
+        lvl = target.free_surface_level(area, 0.0)
+        pts.append(target.fill_points(min(max(lvl / target.height, 1e-6), 1.0), spacing)
+                   + np.asarray(t_pose[:2]))
+    vel.append(np.zeros((sum(len(p) for p in pts), 2)))
+    for start, v, t0, land, carried, drag in packets:
+        tau = time - t0
+        if 0.0 <= tau <= land - t0:
+            for d in np.linspace(0.0, min(0.05, tau), 3):   # a short streak per packet
+                tt = tau - d
+                pts.append(np.array([[path_x(start[0], v[0], tt, drag, carried),
+                                      start[1] + v[1] * tt - 0.5 * GRAVITY * tt * tt]]))
+                vel.append(np.array([[carried + (v[0] - carried) * math.exp(-drag * tt),
+                                      v[1] - GRAVITY * tt]]))
+    if not pts:
+        return np.zeros((0, 2)), np.zeros((0, 2))
+    return np.concatenate(pts), np.concatenate(vel)
 
 
 # ---------------------------------------------------------------------- the batch
@@ -237,8 +249,8 @@ class SimplifiedPourBatch(PourBatch):
         for m in self.members:
             m.task = None
 
-    def reset_member(self, b: int, task, jitter_seed: int) -> None:
-        geo, _, obst = self._prepare(task, particles=False)
+    def reset_member(self, b: int, task, jitter_seed: int, fresh: bool = False) -> None:
+        geo, _, obst = self._prepare(task, particles=False, fresh=fresh)
         m = self._init_member(b, task, geo, obst)
         m.liq = SimplifiedMember(task, geo.source, geo.target, task.obstacles, geo.fill_area,
                                  geo.tables)
@@ -250,8 +262,8 @@ class SimplifiedPourBatch(PourBatch):
 
     def _prepare_columns(self, m: Member) -> None:
         cfg = self.cfg
-        m.columns, m.col_scale, m.col_clip = _lines(m.source, cfg.obs_mode, cfg.heightfield_bins,
-                                                    cfg.dx)
+        m.columns, m.col_scale, m.col_clip = column_lines(m.source, cfg.obs_mode,
+                                                          cfg.heightfield_bins, cfg.dx)
 
     def _liquid_fractions(self, m: Member) -> dict:
         q = m.liq
@@ -292,8 +304,8 @@ class SimplifiedPourBatch(PourBatch):
         m = self.members[b]
         spacing = 0.5 * self.cfg.dx
         x, v = m.liq.render_points(m.s_pose, m.t_pose, m.time, spacing)
-        bodies = [(m.target, m.t_pose, _render.TARGET_COLOUR),
-                  (m.source, m.s_pose, _render.SOURCE_COLOUR)]
+        bodies = [(m.target, m.t_pose, render.TARGET_COLOUR),
+                  (m.source, m.s_pose, render.SOURCE_COLOUR)]
         lines = self._parabola(b) if parabola else []
-        return _render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
+        return render.render_scene(size_hw, DOMAIN, bodies, x, v, particle_size=2.4 * spacing,
                                     polylines=lines, boxes=m.task.obstacles)

@@ -384,7 +384,23 @@ def extra_train_task(j: int) -> PourTask:
     return _EXTRA[j]
 
 
-def seed000_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
+def over_target(task: PourTask, aim: float = 0.25) -> PourTask:
+    """``task`` with S moved sideways so that its right (pouring) lip is over T's opening at the
+    start, ``aim`` half-widths short of the opening's centre: the last part of a pour, for a
+    start-state curriculum (an RL agent that starts there learns what tilting over T earns
+    before it has to learn the approach). S keeps its height (above T's highest rim), tilt and
+    velocity; it stays inside the scene."""
+    if not (isinstance(aim, (int, float)) and -1.0 <= aim <= 1.0):
+        raise ValueError(f"aim must be in [-1, 1] half-widths of T's opening, got {aim!r}")
+    source, target = task.source_shape(), task.target_shape()
+    lip_x = float(source.lips[1][0])
+    t_x = task.target_position[0] + float(target.opening_centre[0])
+    half = 0.5 * float(np.max(np.abs(np.asarray(source.walls)[:, 0]))) * 2.0 + source.radius + 0.005
+    x = min(max(t_x - aim * 0.5 * target.width - lip_x, half), DOMAIN[0] - half)
+    return dataclasses.replace(task, source_pose=(x, task.source_pose[1], task.source_pose[2]))
+
+
+def pan_manocha_2016_scenes(viscosity: float = 1e-3) -> dict[str, PourTask]:
     """Pan & Manocha 2016's two benchmark scenes (its Fig. 1 and Table I) at kitchen scale, static T:
 
     * ``far``: T 40 cm from S across the table; S must carry the liquid there and pour.

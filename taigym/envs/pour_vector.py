@@ -16,14 +16,16 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
+from taigym.sim.constants import CONTROL_DT
+
 from .checks import check_action, reset_options
-from .pour import (CONTROL_DT, make_batch, action_space, as_task, make_config,
-                   observation_space)
+from .pour import make_batch
+from .pour_config import EPISODE_METRICS, action_space, as_task, make_config, observation_space
 
 
 class PourVectorEnv(VectorEnv):
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
-                "autoreset_mode": AutoresetMode.NEXT_STEP}
+                "autoreset_mode": AutoresetMode.NEXT_STEP, "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, num_envs: int = 1, max_episode_steps: int | None = None, **kwargs):
         if not (isinstance(num_envs, (int, np.integer)) and 1 <= num_envs <= 4096):
@@ -37,9 +39,10 @@ class PourVectorEnv(VectorEnv):
         self.single_observation_space = observation_space(self.cfg)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        self._batch = make_batch(self.cfg, self.num_envs)
+        self._batch = make_batch(self.cfg, self.num_envs, vectorised=True)
         self._rngs = [None] * self.num_envs
         self._prev_done = np.zeros(self.num_envs, bool)
+        self._ready = False                            # every member has a task (checked once)
         self._obs_buf = create_empty_array(self.single_observation_space, self.num_envs)
 
     @property
@@ -54,8 +57,9 @@ class PourVectorEnv(VectorEnv):
         if self._rngs[b] is None:
             self._rngs[b], _ = seeding.np_random(None)
         rng = self._rngs[b]
+        fresh = task is None and self.cfg.task_split is None
         task = self.cfg.sample(rng) if task is None else task
-        self._batch.reset_member(b, task, int(rng.integers(2 ** 31)))
+        self._batch.reset_member(b, task, int(rng.integers(2 ** 31)), fresh=fresh)
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         # Gymnasium's VectorEnv seeds its own generator from a Python int only; per-member seeds
@@ -85,61 +89,29 @@ class PourVectorEnv(VectorEnv):
                 self._rngs[b], _ = seeding.np_random(seeds[b])
             self._reset_member(b, None if tasks is None or tasks[b] is None else as_task(tasks[b]))
         self._prev_done[mask] = False
-        return self._observations(), self._infos()
+        return self._observations(), self._batch.infos()
 
     def step(self, actions):
         actions = check_action(actions, self.action_space, "actions")
-        B = self.num_envs
-        if any(m.task is None for m in self._batch.members):
-            raise RuntimeError("call reset() before step()")
+        if not self._ready:
+            if any(m.task is None for m in self._batch.members):
+                raise RuntimeError("call reset() before step()")
+            self._ready = True
         resetting = self._prev_done.copy()
         self._batch.step(actions, ~resetting)
-        rewards = np.zeros(B)
-        terminated = np.zeros(B, bool)
-        truncated = np.zeros(B, bool)
-        for b in range(B):
-            if resetting[b]:
-                self._reset_member(b)
-            else:
-                rewards[b], terminated[b], truncated[b] = self._batch.outcome(b)
+        for b in np.flatnonzero(resetting):
+            self._reset_member(b)
+        rewards, terminated, truncated = self._batch.outcomes()
         self._prev_done = terminated | truncated
-        return self._observations(), rewards, terminated, truncated, self._infos()
+        return self._observations(), rewards, terminated, truncated, self._batch.infos()
 
     def _observations(self):
-        obs = [self._batch.observation(b) for b in range(self.num_envs)]
+        obs = self._batch.observations()
+        if isinstance(obs, np.ndarray):                 # the array engine's (B, ...) already
+            return obs
         self._obs_buf = concatenate(self.single_observation_space, obs, self._obs_buf)
         return self._obs_buf.copy() if isinstance(self._obs_buf, np.ndarray) else \
             {k: v.copy() for k, v in self._obs_buf.items()}
-
-    def _infos(self) -> dict:
-        """What ``_add_info`` over the members gives, built one key at a time for all members
-        (every member's info has the same keys and value types)."""
-        members = self._batch.members
-        first = members[0].info
-        B = self.num_envs
-        if all(m.info.keys() == first.keys() for m in members):
-            infos: dict = {}
-            for key, v0 in first.items():
-                if key == "final_obs" or isinstance(v0, dict):
-                    break
-                vals = [m.info[key] for m in members]
-                if type(v0) in (int, float, bool) or issubclass(type(v0), np.number):
-                    arr = np.array(vals, dtype=type(v0))
-                elif isinstance(v0, np.ndarray):
-                    arr = np.zeros((B, *v0.shape), dtype=v0.dtype)
-                    for b, v in enumerate(vals):
-                        arr[b] = v
-                else:
-                    arr = np.full(B, fill_value=None, dtype=object)
-                    for b, v in enumerate(vals):
-                        arr[b] = v
-                infos[key], infos[f"_{key}"] = arr, np.ones(B, dtype=np.bool_)
-            else:
-                return infos
-        infos = {}
-        for b in range(self.num_envs):
-            infos = self._add_info(infos, dict(self._batch.members[b].info), b)
-        return infos
 
     def render(self):
         if self.render_mode != "rgb_array" or any(m.task is None for m in self._batch.members):
@@ -148,3 +120,4 @@ class PourVectorEnv(VectorEnv):
 
     def close_extras(self, **kwargs):
         self._batch.release()
+        self._ready = False

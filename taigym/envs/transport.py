@@ -72,6 +72,9 @@ A closed env hands its liquid solver to the next env made with the same ``dx`` a
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
   declares what evaluations report.
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
 """
 
 from __future__ import annotations

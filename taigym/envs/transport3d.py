@@ -56,7 +56,7 @@ per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``,
 
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or pass
 ``options={"task": ...}`` to ``reset``), ``horizon`` (s), ``dx`` (liquid grid spacing, m,
-:data:`DEFAULT_DX`; 4 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
+:data:`DEFAULT_DX`; 3.25 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
 ``arch`` (Taichi arch, "cpu"). A closed env hands its liquid solver to the next env made with
 the same ``dx``, ``viscosity`` and ``arch`` (``taigym.sim.pool``): making envs again costs no
 Taichi compilation and no new memory.
@@ -73,6 +73,10 @@ Taichi compilation and no new memory.
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): info gains ``reached`` and ``path_time``; ``metadata["episode_metrics"]``
   declares what evaluations report.
+* v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
+  viscosity, rest-density correction; see the validation page): the same task and actions
+  give a different liquid, so results from before are not comparable.
+  ``dx`` accepts 3.25 mm.
 """
 
 from __future__ import annotations
@@ -125,8 +129,8 @@ class Transport3DEnv(gym.Env):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 120):
             raise ValueError(f"horizon must be in [0.5, 120] s, got {horizon!r}")
-        if not (isinstance(dx, (int, float)) and 0.004 <= dx <= 0.01):
-            raise ValueError(f"dx must be in [0.004, 0.01] m (the container's walls are 2 cm, two "
+        if not (isinstance(dx, (int, float)) and 0.00325 <= dx <= 0.01):
+            raise ValueError(f"dx must be in [0.00325, 0.01] m (the container's walls are 2 cm, two "
                              f"cells at least), got {dx!r}")
         if not (isinstance(viscosity, (int, float)) and 0 <= viscosity <= 0.5):
             raise ValueError(f"viscosity must be in [0, 0.5] Pa s, got {viscosity!r}")

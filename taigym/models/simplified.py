@@ -66,7 +66,7 @@ import numpy as np
 from taigym.sim.constants import GRAVITY
 from taigym.sim.geometry import Container
 
-from .outflow_tables import OutflowTables, outflow_tables
+from .outflow_tables import N_LEAN, N_VOLUME, OutflowTables, outflow_tables
 
 TERMS = ("bernoulli", "wall_slide", "previous", "lean_rate", "constant")
 COEFFICIENTS_FILE = "outflow_coefficients.json"
@@ -379,6 +379,167 @@ class SimplifiedLiquid:
         # S's rigid velocity at the section's centroid plus the jet's own
         rx, ry = vx - om * (wy - y), vy + om * (wx - x)
         return Outflow(out, u, a, (wx, wy), (rx + u * dx, ry + u * dy), (rx, ry))
+
+
+class SimplifiedLiquidBatch:
+    """:class:`SimplifiedLiquid` for B source containers at once, for vectorised envs: the state
+    (V, u, the slosh tilt and rate, the last velocity) is arrays over the batch, each member has
+    its own container, tables and fit (:meth:`set`), and :meth:`step` advances any subset of the
+    members in array operations. Step for step the numbers of B ``SimplifiedLiquid`` objects,
+    up to the last bit where NumPy's exp, tanh, atan2 and hypot round differently from libm's."""
+
+    _TAB = N_LEAN * N_VOLUME * 4                        # (h, A, c_x, c_y) per table node
+    _GATHER = np.arange(8)                              # node (i, j) and (i, j + 1), 4 values each
+
+    def __init__(self, batch_size: int):
+        B = self.B = int(batch_size)
+        self.volume = np.zeros(B)                       # V (m^2)
+        self.speed = np.zeros(B)                        # u (m/s)
+        self.tilt = np.zeros(B)                         # the free surface's slosh tilt (rad)
+        self.tilt_rate = np.zeros(B)                    # and its rate (rad/s)
+        self.last_velocity = np.zeros((B, 2))           # S's velocity the liquid last moved with (m/s)
+        self.width = np.ones(B)                         # S's opening width (m): the slosh mode
+        self.capacity = np.ones(B)                      # S's interior area (m^2)
+        self._tab = np.zeros((B, self._TAB))            # each member's OutflowTables.flat
+        self._wall = np.zeros((B, N_LEAN * 3))          # and .flat_wall
+        self._lean_scale = np.ones(B)
+        self._vol_scale = np.ones(B)
+        self._weights = np.zeros((B, len(TERMS)))       # the fit's weights in TERMS order (0: unused)
+        self._discharge = np.zeros(B)
+        self._offset = np.zeros((B, 2))                 # jet direction offset a + b lean (rad)
+        self._has_offset = np.zeros(B, bool)
+        self.drag = np.zeros(B)                         # lambda (1/s) and A_ref (m): jet_drag's
+        self.drag_section = np.zeros(B)
+
+    @staticmethod
+    def member_row(shape: Container, volume: float, fit: OutflowFit, tables: OutflowTables | None = None,
+                   velocity: tuple[float, float] = (0.0, 0.0)) -> dict:
+        """The row of one member holding ``volume`` m^2 in ``shape``, as ``SimplifiedLiquid(shape,
+        volume, fit, tables, velocity=velocity)`` starts (for :meth:`load`; keep it to reset a
+        member to the same start without the tables)."""
+        if volume < 0 or not math.isfinite(volume):
+            raise ValueError(f"volume must be >= 0 m^2, got {volume!r}")
+        t = tables if tables is not None else outflow_tables(shape)
+        if (len(t.leans), len(t.volumes)) != (N_LEAN, N_VOLUME):
+            raise ValueError(f"tables must be {N_LEAN} x {N_VOLUME} (leans x volumes), got "
+                             f"{len(t.leans)} x {len(t.volumes)}")
+        weights = np.zeros(len(TERMS))
+        for w, term in zip(fit.weights, fit.terms):
+            weights[TERMS.index(term)] = w
+        return {"tab": np.frombuffer(t.flat), "wall": np.frombuffer(t.flat_wall),
+                "lean_scale": (N_LEAN - 1) / float(t.leans[-1]),
+                "vol_scale": (N_VOLUME - 1) / float(t.volumes[-1]),
+                "volume": float(min(volume, t.capacity)), "capacity": t.capacity,
+                "velocity": (float(velocity[0]), float(velocity[1])), "width": shape.width,
+                "weights": weights, "discharge": fit.discharge, "offset": fit.direction,
+                "has_offset": fit.direction != (0.0, 0.0), "drag": fit.drag,
+                "drag_section": fit.drag_section}
+
+    def load(self, b: int, row: dict) -> None:
+        """Member b starts as ``row`` (:meth:`member_row`) says."""
+        self._tab[b], self._wall[b] = row["tab"], row["wall"]
+        self._lean_scale[b], self._vol_scale[b] = row["lean_scale"], row["vol_scale"]
+        self.volume[b], self.capacity[b] = row["volume"], row["capacity"]
+        self.speed[b] = self.tilt[b] = self.tilt_rate[b] = 0.0
+        self.last_velocity[b] = row["velocity"]
+        self.width[b] = row["width"]
+        self._weights[b], self._discharge[b] = row["weights"], row["discharge"]
+        self._offset[b], self._has_offset[b] = row["offset"], row["has_offset"]
+        self.drag[b], self.drag_section[b] = row["drag"], row["drag_section"]
+
+    def set(self, b: int, shape: Container, volume: float, fit: OutflowFit,
+            tables: OutflowTables | None = None, velocity: tuple[float, float] = (0.0, 0.0)) -> None:
+        """Member b holds ``volume`` m^2 in ``shape`` (as ``SimplifiedLiquid(shape, volume, fit,
+        tables, velocity=velocity)``)."""
+        self.load(b, self.member_row(shape, volume, fit, tables, velocity))
+
+    def _nodes(self, lean: np.ndarray, idx: np.ndarray):
+        """``SimplifiedLiquid._cell`` on arrays: the 8 values of nodes (i, j), (i, j + 1) and of
+        (i + 1, j), (i + 1, j + 1), i, the lean in grid units and the fractions along both axes."""
+        li = np.minimum(np.maximum(lean, 0.0) * self._lean_scale[idx], N_LEAN - 1.0)
+        vj = np.minimum(np.maximum(self.volume[idx], 0.0) * self._vol_scale[idx], N_VOLUME - 1.0)
+        i = np.minimum(li.astype(np.int64), N_LEAN - 2)
+        j = np.minimum(vj.astype(np.int64), N_VOLUME - 2)
+        k0 = idx * self._TAB + (i * N_VOLUME + j) * 4
+        tab = self._tab.reshape(-1)
+        lo = tab[k0[:, None] + self._GATHER]
+        hi = tab[(k0 + 4 * N_VOLUME)[:, None] + self._GATHER]
+        return lo, hi, i, li, li - i, vj - j
+
+    @staticmethod
+    def _bilinear(lo, hi, fi, fj, channels: int):
+        """The bilinear interpolant of the first ``channels`` values, in ``lookup``'s order of
+        operations."""
+        a, b = lo[:, :channels], hi[:, :channels]
+        fj, fi = fj[:, None], fi[:, None]
+        a2, b2 = lo[:, 4:4 + channels], hi[:, 4:4 + channels]
+        return (a + (a2 - a) * fj) * (1.0 - fi) + (b + (b2 - b) * fj) * fi
+
+    def lookup(self, theta: np.ndarray, idx: np.ndarray):
+        """:meth:`SimplifiedLiquid.lookup` of members ``idx`` at pose angles ``theta``: arrays
+        h, A, c_x, c_y (S frame), wall drop, d_x, d_y."""
+        sign = np.where(theta <= 0.0, 1.0, -1.0)
+        lo, hi, i, li, fi, fj = self._nodes(-theta * sign, idx)
+        h, sec, cx, cy = self._bilinear(lo, hi, fi, fj, 4).T
+        sec = np.where(h <= 0.0, 0.0, sec)
+        w = self._wall.reshape(-1)[(idx * (N_LEAN * 3) + 3 * i)[:, None] + np.arange(6)]
+        drop = w[:, 0] + (w[:, 3] - w[:, 0]) * fi
+        wx = w[:, 1] + (w[:, 4] - w[:, 1]) * fi
+        wy = w[:, 2] + (w[:, 5] - w[:, 2]) * fi
+        n = np.hypot(wx, wy)
+        n = np.where(n == 0.0, 1.0, n)
+        rising = wy > 0.0
+        dx, dy = np.where(rising, 1.0, wx / n), np.where(rising, 0.0, wy / n)
+        if self._has_offset[idx].any():
+            a, b = self._offset[idx].T
+            off = np.where(self._has_offset[idx], a + b * (li / self._lean_scale[idx]), 0.0)
+            co, so = np.cos(off), np.sin(off)
+            dx, dy = (np.where(self._has_offset[idx], co * dx - so * dy, dx),
+                      np.where(self._has_offset[idx], so * dx + co * dy, dy))
+        return h, sec, sign * cx, cy, drop, sign * dx, dy
+
+    def head_section(self, theta: np.ndarray, idx: np.ndarray):
+        """:meth:`SimplifiedLiquid.head_section` of members ``idx``: arrays h (m) and A (m)."""
+        lo, hi, _, _, fi, fj = self._nodes(np.abs(theta), idx)
+        h, sec = self._bilinear(lo, hi, fi, fj, 2).T
+        return h, np.where(h <= 0.0, 0.0, sec)
+
+    def step(self, pose: np.ndarray, velocity: np.ndarray, theta_prev: np.ndarray, dt: float,
+             idx: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`SimplifiedLiquid.step` of members ``idx`` with S at ``pose`` (n, 3) moving at
+        ``velocity`` (n, 3): the outflow as arrays, keyed as :class:`Outflow`'s fields
+        (``start``, ``velocity`` and ``carried`` (n, 2))."""
+        x, y, th = pose.T
+        vx, vy, om = velocity.T
+        tilt, rate = slosh_array(self.tilt[idx], self.tilt_rate[idx], (vx, vy), self.last_velocity[idx].T,
+                                 self.volume[idx], self.width[idx], dt)
+        self.tilt[idx], self.tilt_rate[idx] = tilt, rate
+        self.last_velocity[idx] = velocity[:, :2]
+        # the surface tilted past upright reads the tables at the other lip
+        same = ((th + tilt) * th > 0.0) | (tilt == 0.0)
+        h, a, cx, cy, drop, dx, dy = self.lookup(np.where(same, th, th + tilt), idx)
+        sloshed = same & (tilt != 0.0)
+        if sloshed.any():
+            h2, a2 = self.head_section(th + tilt, idx)
+            h, a = np.where(sloshed, h2, h), np.where(sloshed, a2, a)
+        c, s = np.cos(th), np.sin(th)
+        wx, wy = x + c * cx - s * cy, y + s * cx + c * cy
+        vol = self.volume[idx]
+        flowing = (a > 0.0) & (vol > 0.0)
+        phi = regressors_array(h, drop, self.speed[idx], (th - theta_prev) / dt)
+        u = np.zeros(len(idx))
+        for k, term in enumerate(phi):                  # in TERMS order, as SimplifiedLiquid sums
+            u = u + self._weights[idx, k] * term
+        u = np.where(flowing, np.maximum(0.0, u), 0.0)
+        out = np.where(flowing, np.minimum(vol, dt * self._discharge[idx] * a * u), 0.0)
+        self.volume[idx] = vol - out
+        self.speed[idx] = u
+        rx, ry = vx - om * (wy - y), vy + om * (wx - x)
+        rx, ry = np.where(flowing, rx, 0.0), np.where(flowing, ry, 0.0)
+        return {"volume": out, "speed": u, "section": np.where(flowing, a, 0.0),
+                "start": np.column_stack((wx, wy)),
+                "velocity": np.column_stack((rx + u * dx, ry + u * dy)),
+                "carried": np.column_stack((rx, ry))}
 
 
 def slosh_array(tilt, rate, velocity, previous, volume, width: float, dt: float):

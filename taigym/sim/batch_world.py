@@ -51,7 +51,6 @@ class BatchWorld:
     DIM = 2
     POSE_SIZE = 3
     MAX_CELLS = 4096
-    VISCOUS_DT_LIMIT = 0.24      # explicit viscosity is stable for dt nu / dx^2 <= 1 / (2 DIM)
     LIQUID_MEASURE = "area"      # the diagnostics' name for the liquid's size (area or volume)
     OPTIMIZE_IR = True           # ask for Taichi's advanced IR optimisations (backend.init)
     container_type: type = object
@@ -96,7 +95,6 @@ class BatchWorld:
         self._in_body = None
         self._x_read = None            # positions read with the diagnostics (float32, B x P x DIM)
         self._owner_read = None        # ... with each particle's container (int8, B x P)
-        self._liquid0 = np.zeros(self.batch_size)  # area or volume at the last change of liquid
 
     # ------------------------------------------------------------------ what subclasses give
     def _new_solver(self, capacity: int):
@@ -279,8 +277,8 @@ class BatchWorld:
             raise RuntimeError("call build() first")
 
     def _upload_particles(self, changed: list[int] | None = None) -> None:
-        """Upload every member's liquid and measure it; the drift baseline restarts for
-        ``changed`` (all if None), the members whose liquid was just set."""
+        """Upload every member's liquid and measure it; ``changed`` (all if None) are the
+        members whose liquid was just set."""
         s = self._solver
         counts = np.array([len(m.x) for m in self._members], np.int32)
         if counts.max() > s.P:
@@ -295,8 +293,6 @@ class BatchWorld:
         s.n.from_numpy(counts)
         s.measure_all()
         self._read_diagnostics()
-        idx = slice(None) if changed is None else changed
-        self._liquid0[idx] = self._diag[idx, D_AREA]
 
     def _particle_array(self, name: str) -> np.ndarray:
         """(B, capacity, DIM) positions ("x") or velocities ("v") as the solver has them."""
@@ -355,7 +351,7 @@ class BatchWorld:
         if not (isinstance(dt, (int, float, np.floating)) and math.isfinite(dt) and 0 < dt <= 1.0):
             raise ValueError(f"dt must be in (0, 1] s, got {dt!r}")
         self._require_built()
-        self._solver.advance(float(dt), self.VISCOUS_DT_LIMIT)
+        self._solver.advance(float(dt))
         self._read_diagnostics()
         self._move_bodies(self._diag[:, D_UNSTABLE] == 0, dt)
 
@@ -430,14 +426,17 @@ class BatchWorld:
                 "in_flight": self._diag[b, D_IN_FLIGHT] / n, "spilled": self._diag[b, D_SPILLED] / n}
 
     def diagnostics(self, member: int = 0) -> dict:
-        """Fractions plus: ``area`` (2D, m^2) or ``volume`` (3D, m^3) of the liquid from the
-        particle number density, its drift ``area_drift`` / ``volume_drift`` (relative to build
-        or the last change of liquid), ``max_cfl`` (cells per substep in the last advance),
-        ``substeps``, ``pressure_iterations``, ``time`` (s), ``unstable``."""
+        """Fractions plus: ``area`` (2D, m^2) or ``volume`` (3D, m^3) the liquid occupies (cells
+        inside the liquid count their part outside solids, the others, at its edges and in
+        spray, their particle number density), its drift ``area_drift`` / ``volume_drift``
+        relative to the particles' rest area or volume N (dx/2)^DIM (a liquid compressed or
+        expanded by the solver drifts; a freshly seeded lattice may start a fraction of a
+        spacing off the walls, a few tenths of a percent), ``max_cfl`` (cells per substep in
+        the last advance), ``substeps``, ``pressure_iterations``, ``time`` (s), ``unstable``."""
         b = self._members_of(member)[0]
         d = self._diag[b]
         out = self.fractions(b)
-        size0, name = self._liquid0[b], self.LIQUID_MEASURE
+        size0, name = self.particle_count(b) * self.spacing ** self.DIM, self.LIQUID_MEASURE
         out.update({name: d[D_AREA], f"{name}_drift": (d[D_AREA] / size0 - 1.0) if size0 > 0 else 0.0},
                    max_cfl=d[D_MAX_CFL], substeps=int(d[D_SUBSTEPS]),
                    pressure_iterations=int(d[D_PCG_ITERS]), time=d[D_TIME],

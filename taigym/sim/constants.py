@@ -15,7 +15,15 @@ BLOWUP_SPEED = 50.0       # m/s: no pour or carry comes near this; beyond it the
 MAX_SUBSTEPS = 400        # per control interval; more means the CFL limit collapsed
 VISCOSITY_SKIP = 1e-3     # viscosity pass only if nu * dt > VISCOSITY_SKIP * dx^2 (below it the
                           # scheme's own numerical viscosity dominates)
+SURFACE_FRACTION_MIN = 0.05  # ghost-fluid free surface: nearest a surface may lie to a liquid cell's
+                             # centre, as a fraction of the way to its air neighbour's (caps the
+                             # ghost coefficient w / theta at 20 w)
+VISCOSITY_WALL_MIN = 0.01    # no-slip walls in the implicit viscosity: nearest a wall may lie to a face's
+                             # centre, as a fraction of the spacing to its neighbour
 
 # Shared physical and control constants: defined here once, imported everywhere else.
-GRAVITY = 9.81            # m/s^2, magnitude; gravity points along -y in 2D and -z in 3D
+GRAVITY = 9.81            # m/s^2, magnitude (the liquid worlds, 2D and 3D, have y up)
+DENSITY = 1000.0          # kg/m^3, the worlds' default liquid density (water)
 CONTROL_DT = 0.05         # s: the envs' default control step (DESIGN.md §2)
+TORQUE_CONTROL_DT = 1.0 / 60.0   # s: MultiContact-v1's default control step, the coarsest at which the
+                                 # stance expert's QP torque control holds the humanoid (see its env)

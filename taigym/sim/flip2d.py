@@ -14,12 +14,19 @@ One substep of a scene, all on a MAC grid of cells ``dx`` wide (u on x-faces, v 
    Batty's weights) and the solid's velocity there;
 2. particle to grid (bilinear), extrapolation into air, a copy kept for the FLIP update;
 3. body force (gravity, or in a carried container's accelerating, rotating frame the fictitious
-   forces of that frame too) and explicit viscosity ``nu * lap(u)``;
+   forces of that frame too);
 4. pressure projection: weighted Poisson equation on the liquid cells (those holding particles,
-   and empty ones between such a cell and a wall; air cells p = 0), solved
-   by MIC(0)-preconditioned conjugate gradients (in Eisenstat's form, which needs no product
-   with the matrix); compressed cells get a small expansion target
-   (density correction) so that the liquid keeps its area over long runs;
+   and empty ones between such a cell and a wall), solved by MIC(0)-preconditioned conjugate
+   gradients (in Eisenstat's form, which needs no product with the matrix). The free surface
+   is a ghost-fluid boundary (Gibou et al. 2002): p = 0 where the particles' tent-filtered
+   density crosses 0.5 between a liquid and an air cell's centre, not at the air cell's
+   centre, so the pressure sees sub-cell surface motion (sloshing's frequency and damping).
+   Cells inside the liquid get an expansion target (density correction) that drives their
+   density to that of liquid at rest filling the cell's open part, so the liquid keeps its
+   volume over long runs, along walls as in the open. With a viscosity, the projection runs
+   twice around an implicit viscosity step (backward Euler, Jacobi-PCG per velocity
+   component, no-slip at every solid and at the domain's edges): the viscous step sees the
+   pressure-balanced velocity, so liquid at rest stays at rest at any viscosity;
 5. grid to particle (FLIP/PIC blend), RK2 advection in the grid velocity, and particles pushed
    back out of solids (and their velocity into the solid removed).
 
@@ -38,12 +45,15 @@ import taichi as ti
 
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
                         D_SPILLED, D_SUBSTEPS, D_TARGET_SCORE, D_TIME, D_UNSTABLE, MAX_PROBE_COLUMNS,
-                        MAX_SUBSTEPS, N_DIAG, VISCOSITY_SKIP)
+                        MAX_SUBSTEPS, N_DIAG, SURFACE_FRACTION_MIN, VISCOSITY_SKIP,
+                        VISCOSITY_WALL_MIN)
 from .geometry import KIND_BOX
 
 # Tolerances and limits (dimensionless unless stated).
 PCG_TOLERANCE = 1e-5      # relative max-norm residual of the pressure solve
 PCG_MAX_ITERS = 400
+VISCOSITY_TOLERANCE = 1e-5  # relative max-norm residual of each viscosity solve
+VISCOSITY_MAX_ITERS = 200
 MIC_TAU = 0.97            # modified incomplete Cholesky blend (Bridson's book)
 MIC_SIGMA = 0.25
 SDF_BAND = 2.0            # cells: solid distances beyond this are not needed exactly
@@ -116,6 +126,9 @@ class Flip2D:
         self.wv = ti.field(ti.f32, shape=(B, nx, ny + 1))
         self.ws = ti.field(ti.f32, shape=(B, nx, ny + 1))
         self.valid_w = ti.field(ti.i32, shape=(B, nx, ny + 1))
+        # the viscosity solve's CG vectors per face: residual, direction, product, diagonal
+        self.u_cg = ti.Vector.field(4, ti.f32, shape=(B, nx + 1, ny))
+        self.w_cg = ti.Vector.field(4, ti.f32, shape=(B, nx, ny + 1))
         self.phi = ti.field(ti.f32, shape=(B, nx + 1, ny + 1))      # solid SDF at nodes
         self.vnode = ti.Vector.field(2, ti.f32, shape=(B, nx + 1, ny + 1))
         self.count = ti.field(ti.i32, shape=(B, nx, ny))
@@ -165,7 +178,6 @@ class Flip2D:
         self.target = ti.Vector.field(4, ti.f32, shape=B)
         self.earned = ti.field(ti.f32, shape=(B, P))
         self.new_liquid = ti.field(ti.i32, shape=B)
-        self.pressure = ti.field(ti.f32, shape=(B, nx, ny))         # Pa, last substep
         # liquid-height probe, per scene: (body or -1 for none, y_lo, y_hi, column count) and the
         # columns' x intervals, in the body's frame (m); the height over each column (m)
         self.probe = ti.Vector.field(4, ti.f32, shape=B)
@@ -302,8 +314,7 @@ class Flip2D:
         (mean of its nodes' SDF)."""
         res = False
         if self.in_box(b, i, j) and self.count[b, i, j] == 0:
-            res = (self.phi[b, i, j] + self.phi[b, i + 1, j] + self.phi[b, i, j + 1]
-                   + self.phi[b, i + 1, j + 1]) < 0.0
+            res = self.cell_phi(b, i, j) < 0.0
         return res
 
     # ------------------------------------------------------------------ transfers
@@ -389,6 +400,13 @@ class Flip2D:
         """Face velocities from splat_particles' sums; solid faces take the solid's velocity."""
         self.normalise_faces(b, self.u, self.u_tmp, self.wu, self.us, self.valid_u, self.u_old, U_FACES)
         self.normalise_faces(b, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, self.w_old, V_FACES)
+
+    @ti.func
+    def viscous(self, b, dt):
+        """The viscosity pass runs this substep: below ~1e-3 of a cell's diffusion per substep
+        (water on these grids), physical viscosity is far under the scheme's own numerical
+        viscosity (and the walls act free-slip)."""
+        return self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx
 
     @ti.func
     def normalise_faces(self, b, f: ti.template(), weight: ti.template(), open_frac: ti.template(),
@@ -511,6 +529,17 @@ class Flip2D:
         return self.count[b, ic, jc] * self.in_box(b, i, j)
 
     @ti.func
+    def fill_at(self, b, i, j):
+        """Number density at cell (i, j)'s centre relative to that of liquid at rest filling the
+        open space there (1 in a full cell, also beside a wall; rest_density, at least 1/2);
+        0 outside the active cells. The free surface's position (surface_fraction) reads it:
+        the raw density, lower beside a wall, put the surface too low along the walls."""
+        res = 0.0
+        if self.in_box(b, i, j):
+            res = self.rho[b, i, j] / ti.max(self.rest_density(b, i, j), 0.5)
+        return res
+
+    @ti.func
     def liquid_id(self, b, i, j):
         """Index of cell (i, j) in the pressure system, or -1 (air, solid, inactive)."""
         ic = ti.min(ti.max(i, 0), self.nx - 1)
@@ -533,7 +562,7 @@ class Flip2D:
         """Gravity, or in a moving frame the body force per unit mass
         g' = R^T (g - a) - alpha x r - omega x (omega x r) - 2 omega x v
         (R the frame's rotation, r the position from its origin, v the velocity in the frame),
-        evaluated at the substep's middle; then viscosity."""
+        evaluated at the substep's middle."""
         g = self.gravity[b]
         fm = self.frame_motion[b]
         i0, i1, j0, j1 = self.box[b]
@@ -577,41 +606,160 @@ class Flip2D:
                                      + self.u_old[b, i, jb] + self.u_old[b, i + 1, jb])
                         f = gl[1] + om2 * ry - al * rx - 2.0 * om * vx
                         self.w[b, i, j] = self.w[b, i, j] + (f * dt)
-        # Below ~1e-3 of a cell's diffusion per substep (water on these grids), physical
-        # viscosity is far under the scheme's own numerical viscosity: skip the pass.
-        if self.nu[b] * dt > VISCOSITY_SKIP * self.dx * self.dx:
-            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.valid_u, U_FACES)
-            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.valid_w, V_FACES)
 
     @ti.func
-    def viscosity(self, b, dt, f: ti.template(), tmp: ti.template(), wgt: ti.template(),
-                  fs: ti.template(), valid: ti.template(), kind: ti.template()):
-        """Explicit u += dt nu lap(u) over the active u- or v-faces (``kind``): no-slip against
-        solids, zero gradient into air."""
-        c = dt * self.nu[b] / (self.dx * self.dx)
+    def face_phi(self, b, kind: ti.template(), i, j):
+        """Solid SDF (m) at the centre of u- or v-face (i, j) (``kind``): the mean of its two
+        nodes'; off the grid, the domain edges' (negative there)."""
+        res = 0.0
+        if ti.static(kind == U_FACES):
+            if 0 <= i <= self.nx and 0 <= j < self.ny:
+                res = 0.5 * (self.phi[b, i, j] + self.phi[b, i, j + 1])
+            else:
+                res = self.domain_phi(ti.Vector([i * self.dx, (j + 0.5) * self.dx]))
+        else:
+            if 0 <= i < self.nx and 0 <= j <= self.ny:
+                res = 0.5 * (self.phi[b, i, j] + self.phi[b, i + 1, j])
+            else:
+                res = self.domain_phi(ti.Vector([(i + 0.5) * self.dx, j * self.dx]))
+        return res
+
+    @ti.func
+    def domain_phi(self, p):
+        """Distance (m) of point p from the domain's edges, negative outside."""
+        W, H = self.nx * self.dx, self.ny * self.dx
+        return ti.min(ti.min(p[0], W - p[0]), ti.min(p[1], H - p[1]))
+
+    @ti.func
+    def viscous_unknown(self, b, kind: ti.template(), wgt: ti.template(), i, j):
+        """Face (i, j) takes part in the viscosity solve: active, open, its centre outside
+        solids and next to a cell holding particles."""
+        res = False
+        if self.active(b, kind, i, j):
+            if wgt[b, i, j] > 0.0 and self.face_phi(b, kind, i, j) > 0.0:
+                if ti.static(kind == U_FACES):
+                    res = self.near_liquid_u(b, i, j)
+                else:
+                    res = self.near_liquid_w(b, i, j)
+        return res
+
+    @ti.func
+    def viscous_product(self, b, c, kind: ti.template(), cg: ti.template(), slot: ti.template(),
+                        i, j):
+        """Row (i, j) of the viscosity matrix times the vector in ``cg``'s component ``slot``:
+        d x - c sum of x over the neighbours that are unknowns."""
+        acc = cg[b, i, j][3] * cg[b, i, j][slot]
+        for d in ti.static(range(4)):
+            ii = i + (d == 1) - (d == 0)
+            jj = j + (d == 3) - (d == 2)
+            if 0 <= ii < cg.shape[1] and 0 <= jj < cg.shape[2]:
+                if cg[b, ii, jj][3] > 0.0:
+                    acc -= c * cg[b, ii, jj][slot]
+        return acc
+
+    @ti.func
+    def viscosity(self, b, dt, f: ti.template(), rhs: ti.template(), wgt: ti.template(),
+                  fs: ti.template(), cg: ti.template(), kind: ti.template()):
+        """Implicit viscosity on the u- or v-faces (``kind``) next to the liquid: backward Euler
+        (I - dt nu lap) f' = f, unconditionally stable (Batty & Bridson 2008 solve it
+        implicitly too). Neighbours across a solid or the domain's edge hold the wall's velocity
+        where the SDF puts the wall, a fraction theta of the spacing away (ghost values, as
+        Gibou et al. 2002 for the pressure: the wall adds c / theta to the diagonal): no-slip
+        with the wall in its place, not at the next face. Neighbours in air: zero gradient.
+        Jacobi-preconditioned CG to VISCOSITY_TOLERANCE of the right-hand side (max norm).
+        ``cg`` holds per face (r, p, q, diagonal); diagonal 0 marks a face outside the solve."""
+        c = dt * self.nu[b] * self.inv_dx * self.inv_dx
         i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
+        rmax0 = 0.0
         for i in range(i0, i1):
             j_lo, j_hi = self.rows(b, kind, i)
             for j in range(j_lo, j_hi):
-                tmp[b, i, j] = f[b, i, j]
-        for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, kind, i)
-            for j in range(j_lo, j_hi):
-                near = self.near_liquid_u(b, i, j) if ti.static(kind == U_FACES) else self.near_liquid_w(b, i, j)
-                if wgt[b, i, j] > 0.0 and near:
-                    centre = tmp[b, i, j]
-                    lap = 0.0
+                diag, r = 0.0, f[b, i, j]
+                if self.viscous_unknown(b, kind, wgt, i, j):
+                    phi_c = self.face_phi(b, kind, i, j)
+                    diag = 1.0
                     for d in ti.static(range(4)):
                         ii = i + (d == 1) - (d == 0)
                         jj = j + (d == 3) - (d == 2)
-                        nb = centre
-                        if self.active(b, kind, ii, jj):
-                            if wgt[b, ii, jj] == 0.0:
-                                nb = fs[b, ii, jj]
-                            elif valid[b, ii, jj] != 0:
-                                nb = tmp[b, ii, jj]
-                        lap += nb - centre
-                    f[b, i, j] = centre + c * lap
+                        inside = 0 <= ii < wgt.shape[1] and 0 <= jj < wgt.shape[2]
+                        if self.viscous_unknown(b, kind, wgt, ii, jj):
+                            diag += c
+                        elif not inside or self.active(b, kind, ii, jj):
+                            phi_n = self.face_phi(b, kind, ii, jj)
+                            if not inside or wgt[b, ii, jj] == 0.0 or phi_n < 0.0:
+                                theta = 1.0
+                                if phi_n < 0.0:
+                                    theta = ti.max(phi_c / (phi_c - phi_n), VISCOSITY_WALL_MIN)
+                                u_wall = 0.0
+                                if inside:
+                                    u_wall = fs[b, ii, jj]
+                                diag += c / theta
+                                r += c * u_wall / theta
+                    rmax0 = ti.max(rmax0, ti.abs(r))
+                rhs[b, i, j] = r
+                cg[b, i, j] = ti.Vector([0.0, 0.0, 0.0, diag])
+        # CG from f: r = rhs - A f, p = r / d
+        rz = ti.cast(0.0, ti.f64)
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                g = cg[b, i, j]
+                if g[3] > 0.0:
+                    g[1] = f[b, i, j]
+                    cg[b, i, j] = g
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                g = cg[b, i, j]
+                if g[3] > 0.0:
+                    g[0] = rhs[b, i, j] - self.viscous_product(b, c, kind, cg, 1, i, j)
+                    g[2] = g[0] / g[3]  # q holds z = r / d until the first product
+                    cg[b, i, j] = g
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                g = cg[b, i, j]
+                if g[3] > 0.0:
+                    rz += ti.cast(g[0] * g[2], ti.f64)
+                    g[1] = g[2]
+                    cg[b, i, j] = g
+        tol = VISCOSITY_TOLERANCE * rmax0
+        iters = 0
+        while iters < VISCOSITY_MAX_ITERS and rz > 0.0:
+            iters += 1
+            pq = ti.cast(0.0, ti.f64)
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, kind, i)
+                for j in range(j_lo, j_hi):
+                    g = cg[b, i, j]
+                    if g[3] > 0.0:
+                        g[2] = self.viscous_product(b, c, kind, cg, 1, i, j)
+                        cg[b, i, j] = g
+                        pq += ti.cast(g[1] * g[2], ti.f64)
+            alpha = ti.cast(rz / pq, ti.f32) if pq != 0.0 else 0.0
+            rmax = 0.0
+            rz_new = ti.cast(0.0, ti.f64)
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, kind, i)
+                for j in range(j_lo, j_hi):
+                    g = cg[b, i, j]
+                    if g[3] > 0.0:
+                        f[b, i, j] = f[b, i, j] + alpha * g[1]
+                        g[0] -= alpha * g[2]
+                        cg[b, i, j] = g
+                        rmax = ti.max(rmax, ti.abs(g[0]))
+                        rz_new += ti.cast(g[0] * g[0] / g[3], ti.f64)
+            if rmax <= tol:
+                break
+            beta = ti.cast(rz_new / rz, ti.f32)
+            rz = rz_new
+            for i in range(i0, i1):
+                j_lo, j_hi = self.rows(b, kind, i)
+                for j in range(j_lo, j_hi):
+                    g = cg[b, i, j]
+                    if g[3] > 0.0:
+                        g[1] = g[0] / g[3] + beta * g[1]
+                        cg[b, i, j] = g
 
     # ------------------------------------------------------------------ pressure
     @ti.func
@@ -663,31 +811,21 @@ class Flip2D:
             wd, wt = self.wv[b, i, j], self.wv[b, i, j + 1]
             l, d = self.liquid_id(b, i - 1, j), self.liquid_id(b, i, j - 1)
             self.nbr[b, c] = ti.Vector([l, self.liquid_id(b, i + 1, j), d, self.liquid_id(b, i, j + 1)])
-            # Batty's divergence: open part of a face carries the liquid, the rest the solid.
-            div = ((wr * self.u[b, i + 1, j] + (1 - wr) * self.us[b, i + 1, j])
-                   - (wl * self.u[b, i, j] + (1 - wl) * self.us[b, i, j])
-                   + (wt * self.w[b, i, j + 1] + (1 - wt) * self.ws[b, i, j + 1])
-                   - (wd * self.w[b, i, j] + (1 - wd) * self.ws[b, i, j]))
-            # Density correction: a compressed cell is asked to expand back over ~1/kappa
-            # substeps of dt_max; a sparse one well inside the liquid (all faces open, all
-            # neighbours wet) to contract. Near air or walls a low count is geometry, not a void.
-            # The target is a velocity (kappa * excess * dx / dt_max), not a fraction per substep:
-            # it is computed on the fixed grid from the particles' start positions, and moving
-            # liquid crosses up to `cfl` cells per substep, so a per-substep correction (~1/dt,
-            # dt ~ dx / speed) misplaced by that travel grew with speed and worked like a drag
-            # against the container's motion (a cup coasting at 2 m/s held a -4 deg surface).
-            excess = self.rho[b, i, j] - 1.0
-            inside = (wl + wr + wd + wt == 4.0 and self.count_at(b, i - 1, j) > 0
-                      and self.count_at(b, i + 1, j) > 0 and self.count_at(b, i, j - 1) > 0
-                      and self.count_at(b, i, j + 1) > 0)
-            if not inside:
-                excess = ti.max(excess, 0.0)
-            div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / self.dt_max
-            self.r[b, c] = -dx * div
+            self.r[b, c] = self.pressure_rhs(b, i, j)
             self.p[b, c] = 0.0
             # MIC(0) (Bridson's book): e = E^2; the left neighbour's upper weight is the v-face
             # above it, the lower neighbour's right weight the u-face right of it
             diag = wl + wr + wd + wt
+            nb4 = self.nbr[b, c]
+            rc = self.fill_at(b, i, j)
+            if nb4[0] < 0 and wl > 0.0:
+                diag += wl * (1.0 / surface_fraction(rc, self.fill_at(b, i - 1, j)) - 1.0)
+            if nb4[1] < 0 and wr > 0.0:
+                diag += wr * (1.0 / surface_fraction(rc, self.fill_at(b, i + 1, j)) - 1.0)
+            if nb4[2] < 0 and wd > 0.0:
+                diag += wd * (1.0 / surface_fraction(rc, self.fill_at(b, i, j - 1)) - 1.0)
+            if nb4[3] < 0 and wt > 0.0:
+                diag += wt * (1.0 / surface_fraction(rc, self.fill_at(b, i, j + 1)) - 1.0)
             e = diag
             fl, fd = 0.0, 0.0
             if l >= 0:
@@ -705,6 +843,36 @@ class Flip2D:
             self.diag_rest[b, c] = diag - 2.0 * e
             self.lfac[b, c] = ti.Vector([fl, wr * pc, fd, wt * pc])
         return m
+
+    @ti.func
+    def pressure_rhs(self, b, i, j):
+        """Right-hand side of liquid cell (i, j)'s pressure equation: -dx times the divergence
+        of the face velocities less the density correction's target."""
+        dx = self.dx
+        wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
+        wd, wt = self.wv[b, i, j], self.wv[b, i, j + 1]
+        # Batty's divergence: open part of a face carries the liquid, the rest the solid.
+        div = ((wr * self.u[b, i + 1, j] + (1 - wr) * self.us[b, i + 1, j])
+               - (wl * self.u[b, i, j] + (1 - wl) * self.us[b, i, j])
+               + (wt * self.w[b, i, j + 1] + (1 - wt) * self.ws[b, i, j + 1])
+               - (wd * self.w[b, i, j] + (1 - wd) * self.ws[b, i, j]))
+        # Density correction: a compressed cell is asked to expand back over ~1/kappa
+        # substeps of dt_max; one inside the liquid (surrounded: its eight neighbours hold
+        # particles or touch solids) to reach the density a liquid filling the open space
+        # around it has (rest_density: below 1 next to walls), so that a sparse layer along
+        # a wall closes as one in the open does. Near air a low count is geometry, not a void.
+        # The target is a velocity (kappa * excess * dx / dt_max), not a fraction per substep:
+        # it is computed on the fixed grid from the particles' start positions, and moving
+        # liquid crosses up to `cfl` cells per substep, so a per-substep correction (~1/dt,
+        # dt ~ dx / speed) misplaced by that travel grew with speed and worked like a drag
+        # against the container's motion (a cup coasting at 2 m/s held a -4 deg surface).
+        excess = self.rho[b, i, j] - 1.0
+        if self.surrounded(b, i, j):
+            excess = self.rho[b, i, j] - self.rest_density(b, i, j)
+        else:
+            excess = ti.max(excess, 0.0)
+        div -= self.kappa * ti.math.clamp(excess, -0.5, 0.5) * dx / self.dt_max
+        return -dx * div
 
     @ti.func
     def forward_sweep(self, b, c, y, f: ti.template()):
@@ -784,11 +952,28 @@ class Flip2D:
         return iters
 
     @ti.func
-    def project(self, b):
+    def project(self, b, dt):
+        """Pressure projection; for a viscous liquid, then viscosity and a second projection
+        with the same matrix. Viscosity between two projections, not before the first: a step
+        that diffuses the body force's dt g before the pressure balances it drags that
+        velocity to zero at no-slip walls, leaving a circulation the projection cannot remove
+        (liquid at rest stirs itself and drifts); applied before the body force instead, it
+        leaves the carried velocity dt g off the steady viscous flow (a slot's Poiseuille
+        profile slipping at the walls by dt g). Returns the pressure iterations."""
         m = self.build_pressure_system(b)
         iters = self.solve_pressure(b, m)
         self.subtract_pressure_gradient(b, self.u, self.wu, self.us, self.valid_u, U_FACES)
         self.subtract_pressure_gradient(b, self.w, self.wv, self.ws, self.valid_w, V_FACES)
+        if self.viscous(b, dt):
+            self.viscosity(b, dt, self.u, self.u_tmp, self.wu, self.us, self.u_cg, U_FACES)
+            self.viscosity(b, dt, self.w, self.w_tmp, self.wv, self.ws, self.w_cg, V_FACES)
+            ny = self.ny
+            for c in range(m):
+                self.r[b, c] = self.pressure_rhs(b, self.cells[b, c] // ny, self.cells[b, c] % ny)
+                self.p[b, c] = 0.0
+            iters += self.solve_pressure(b, m)
+            self.subtract_pressure_gradient(b, self.u, self.wu, self.us, self.valid_u, U_FACES)
+            self.subtract_pressure_gradient(b, self.w, self.wv, self.ws, self.valid_w, V_FACES)
         return iters
 
     @ti.func
@@ -810,6 +995,12 @@ class Flip2D:
                     if c_lo >= 0 or c_hi >= 0:  # air has p = 0
                         p_lo = self.p[b, ti.max(c_lo, 0)] * (c_lo >= 0)
                         p_hi = self.p[b, ti.max(c_hi, 0)] * (c_hi >= 0)
+                        if c_lo < 0:  # ghost fluid: p = 0 at the surface between the centres
+                            th = surface_fraction(self.fill_at(b, i, j), self.fill_at(b, i - di, j - dj))
+                            p_lo = p_hi * (th - 1.0) / th
+                        elif c_hi < 0:
+                            th = surface_fraction(self.fill_at(b, i - di, j - dj), self.fill_at(b, i, j))
+                            p_hi = p_lo * (th - 1.0) / th
                         f[b, i, j] = f[b, i, j] - ((p_hi - p_lo) / self.dx)
                         valid[b, i, j] = 1
 
@@ -978,14 +1169,16 @@ class Flip2D:
         # got weight from a particle (bilinear support reaches one cell).
         self.particles_to_grid(b)
         self.body_forces(b, t, dt)
-        iters = self.project(b)
+        iters = self.project(b, dt)
         self.extrapolate_both(b)
         vmax = self.grid_to_particles(b, dt, self.push_clearance(dt, vs_max))
         return iters, vmax
 
     @ti.func
     def measure(self, b, step):
-        """Fractions inside each container, in flight and spilled; liquid area (m^2); the
+        """Fractions inside each container, in flight and spilled; liquid area (m^2: cells
+        inside the liquid (surrounded) count their open part, the others not centred in a solid
+        their number density, so that neither the particles' disorder nor walls bias it); the
         probe's heights: over each column, the highest particle's y in the probed body's frame
         among those with y in [y_lo, y_hi], else y_lo; the target opening's score.
 
@@ -1063,19 +1256,59 @@ class Flip2D:
                     in_flight += 1
         self.update_box(b)
         self.splat_density(b)
+        self.update_solids(b)  # the walls where the bodies are now (the area's cut cells)
         area = 0.0
         i0, i1 = self.box[b][0], self.box[b][1]
         for i in range(i0, i1):
             j_lo, j_hi = self.rows(b, CELLS, i)
             for j in range(j_lo, j_hi):
-                area += ti.min(self.rho[b, i, j], 1.0)
+                if self.surrounded(b, i, j):
+                    area += ti.math.clamp(0.5 + self.cell_phi(b, i, j) * self.inv_dx, 0.0, 1.0)
+                elif not self.solid_centred(b, i, j):
+                    area += self.rho[b, i, j]
         self.diagnostics[b, D_IN_FLIGHT] = in_flight
         self.diagnostics[b, D_SPILLED] = spilled
         self.diagnostics[b, D_AREA] = area * self.dx * self.dx
         self.diagnostics[b, D_TARGET_SCORE] = score
 
+    @ti.func
+    def cell_phi(self, b, i, j):
+        """Solid SDF at cell (i, j)'s centre (m): the mean of its nodes'."""
+        return 0.25 * (self.phi[b, i, j] + self.phi[b, i + 1, j] + self.phi[b, i, j + 1]
+                       + self.phi[b, i + 1, j + 1])
+
+    @ti.func
+    def wet(self, b, i, j):
+        """Cell (i, j) holds particles or is cut by a solid (its centre less than half a cell
+        from one; outside the domain counts as solid); inactive cells are not wet."""
+        res = True
+        if 0 <= i < self.nx and 0 <= j < self.ny:
+            res = self.in_box(b, i, j) and (self.count[b, i, j] > 0
+                                            or self.cell_phi(b, i, j) < 0.5 * self.dx)
+        return res
+
+    @ti.func
+    def surrounded(self, b, i, j):
+        """Cell (i, j) and its eight neighbours are wet and one of them holds particles: a cell
+        inside the liquid (or in the solid beside it), whose number density is known from the
+        geometry alone (rest_density)."""
+        res, liquid = True, False
+        for di, dj in ti.static(ti.ndrange((-1, 2), (-1, 2))):
+            if not self.wet(b, i + di, j + dj):
+                res = False
+            if self.count_at(b, i + di, j + dj) > 0:
+                liquid = True
+        return res and liquid
+
+    @ti.func
+    def rest_density(self, b, i, j):
+        """Number density at cell (i, j)'s centre of liquid at rest filling the open space
+        around it: the tent kernel's mass on the open side of the wall at the centre's solid
+        distance (exact for a plane along an axis, within 0.01 at any angle)."""
+        return tent_cdf(self.cell_phi(b, i, j) * self.inv_dx)
+
     @ti.kernel
-    def advance(self, interval: ti.f32, visc_dt_limit: ti.f32):
+    def advance(self, interval: ti.f32):
         """Advance every scene by `interval` seconds (one launch). Body poses advance too."""
         # Taichi's CPU backend runs a range-for of a few iterations on one thread; spread over
         # (scene, lane) pairs and working on lane 0 only, the scenes are shared among threads.
@@ -1090,8 +1323,6 @@ class Flip2D:
                         self.diagnostics[b, D_UNSTABLE] = 1.0
                         break
                     dt = ti.min(self.dt_max, self.cfl * self.dx / ti.max(speed, 1e-6))
-                    if self.nu[b] > 0.0:  # explicit viscosity: dt nu / dx^2 <= 1/4
-                        dt = ti.min(dt, visc_dt_limit * self.dx * self.dx / self.nu[b])
                     remaining = interval - t
                     if dt >= remaining:
                         dt = remaining
@@ -1182,3 +1413,45 @@ def open_fraction(phi_a, phi_b):
         f = phi_b / (phi_b - phi_a)
     return f
 
+
+
+@ti.func
+def tent_cdf(d):
+    """Mass of the unit tent kernel (1 - |t|, |t| < 1) on the side t < d of a plane d cells
+    from its centre: the number density at a cell centre d cells inside a half-space of liquid
+    at rest (flip2d.rest_density)."""
+    res = 1.0
+    if d <= -1.0:
+        res = 0.0
+    elif d <= 0.0:
+        res = 0.5 * (1.0 + d) ** 2
+    elif d < 1.0:
+        res = 1.0 - 0.5 * (1.0 - d) ** 2
+    return res
+
+
+@ti.func
+def density_depth(rho):
+    """Depth (cells) below a flat free surface of a cell centre whose tent-filtered number
+    density is rho: the inverse of rho(d) = 1 - (1 - d)^2 / 2 (0 <= d <= 1), (1 + d)^2 / 2
+    (-1 <= d <= 0); the 0.5 iso-line of the density is the surface."""
+    r = ti.math.clamp(rho, 0.0, 1.0)
+    d = 0.0
+    if r >= 0.5:
+        d = 1.0 - ti.sqrt(2.0 * (1.0 - r))
+    else:
+        d = ti.sqrt(2.0 * r) - 1.0
+    return d
+
+
+@ti.func
+def surface_fraction(rho_liquid, rho_air):
+    """Fraction of the way from a liquid cell's centre to its air neighbour's at which the
+    free surface lies (ghost fluid, Gibou et al. 2002; Enright et al. 2003)."""
+    dl, da = density_depth(rho_liquid), density_depth(rho_air)
+    th = 1.0
+    if dl <= 0.0:
+        th = SURFACE_FRACTION_MIN
+    elif dl > da:
+        th = ti.min(ti.max(dl / (dl - da), SURFACE_FRACTION_MIN), 1.0)
+    return th

@@ -8,18 +8,20 @@ imported or initialised.
 
 The algorithm is the same, step for step (see ``flip2d.py``'s docstring): nodal solid SDF
 (domain walls + bodies, each shape's own ``sdf()``), Batty open-face fractions and face solid
-velocities, bilinear particle-to-grid, two-layer order-independent extrapolation, gravity and
-explicit viscosity (skipped, as in the kernel, when ``nu * dt <= 1e-3 dx^2``), liquid-cell
-marking (cells holding particles and the empty ones wetting a wall) with the density-correction term, the weighted pressure Poisson equation, FLIP/PIC
-blend, RK2 advection, solid push-out, domain clamp, CFL/viscous substep choice, blow-up
-detection and the same diagnostics. Differences, all deliberate:
+velocities, bilinear particle-to-grid, two-layer order-independent extrapolation, implicit
+viscosity with no-slip walls where the SDF puts them (skipped, as in the kernel, when
+``nu * dt <= 1e-3 dx^2``), then gravity; liquid-cell marking (cells holding particles and the
+empty ones wetting a wall) with the density-correction term (to the rest density of the open
+space inside the liquid), the weighted pressure Poisson equation with the ghost-fluid free
+surface, FLIP/PIC blend, RK2 advection, solid push-out, domain clamp, CFL substep choice,
+blow-up detection and the same diagnostics. Differences, all deliberate:
 
 * float64 throughout (Taichi: float32), shapes' SDFs in float64 from ``geometry.py``;
 * every pass covers the whole grid (the kernel restricts its passes to the liquid's padded
   bounding box, which changes nothing that a particle can see);
-* the pressure system is solved by a sparse direct solver (SuperLU) instead of MIC(0)-PCG to
-  a relative residual of 1e-5; ``pressure_iterations`` reports 1 per direct solve (0 if the
-  right-hand side is zero or there is no liquid cell);
+* the pressure and viscosity systems are solved by a sparse direct solver (SuperLU) instead
+  of MIC(0)-PCG and Jacobi-PCG to a relative residual of 1e-5; ``pressure_iterations`` reports
+  1 per direct solve (0 if the right-hand side is zero or there is no liquid cell);
 * the substep clock (``t``, ``dt``, the remaining interval) is kept in float32 exactly as the
   kernel keeps it, so that both sides take the same substeps: when dt sits at ``dt_max``, the
   tests ``dt >= remaining`` / ``2 dt > remaining`` compare nearly equal numbers, and a float64
@@ -37,7 +39,7 @@ import scipy.sparse.linalg as spla
 
 from .constants import (ADVECTION_CFL, BLOWUP_SPEED, D_AREA, D_IN_FLIGHT, D_MAX_CFL, D_PCG_ITERS,
                         D_SPILLED, D_SUBSTEPS, D_TARGET_SCORE, D_TIME, D_UNSTABLE, MAX_SUBSTEPS, N_DIAG,
-                        VISCOSITY_SKIP)
+                        SURFACE_FRACTION_MIN, VISCOSITY_SKIP, VISCOSITY_WALL_MIN)
 from .geometry import Container
 from .world2d import World2D
 
@@ -48,6 +50,28 @@ def open_fraction(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     pa, pb = a > 0.0, b > 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(pa & pb, 1.0, np.where(pa, a / (a - b), np.where(pb, b / (b - a), 0.0)))
+
+
+def tent_cdf(d: np.ndarray) -> np.ndarray:
+    """As the kernel's ``tent_cdf``: the unit tent's mass below d cells from its centre."""
+    d = np.clip(d, -1.0, 1.0)
+    return np.where(d <= 0.0, 0.5 * (1.0 + d) ** 2, 1.0 - 0.5 * (1.0 - d) ** 2)
+
+
+def density_depth(rho: np.ndarray) -> np.ndarray:
+    """As the kernel's ``density_depth``: depth (cells) below a flat surface from the tent-filtered
+    number density."""
+    r = np.clip(rho, 0.0, 1.0)
+    return np.where(r >= 0.5, 1.0 - np.sqrt(2.0 * (1.0 - r)), np.sqrt(2.0 * r) - 1.0)
+
+
+def surface_fraction(rho_liquid: np.ndarray, rho_air: np.ndarray) -> np.ndarray:
+    """As the kernel's ``surface_fraction``: where the free surface lies between a liquid cell's
+    centre (0) and its air neighbour's (1)."""
+    dl, da = density_depth(rho_liquid), density_depth(rho_air)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        th = np.clip(dl / (dl - da), SURFACE_FRACTION_MIN, 1.0)
+    return np.where(dl <= 0.0, SURFACE_FRACTION_MIN, np.where(dl > da, th, 1.0))
 
 
 def splat(fx: np.ndarray, fy: np.ndarray, ni: int, nj: int, vals: np.ndarray | None):
@@ -167,7 +191,8 @@ class NumpyFlip2D:
             vel[ii, jj, 1] = bv[1] + bv[2] * (pts[:, 0] - frame[0])
         self.phi, self.vnode = phi, vel
         # as the kernel: faces next to an empty cell centred inside a solid are closed
-        solid = ((phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:]) < 0.0) & (self.count == 0)
+        self.cell_phi = 0.25 * (phi[:-1, :-1] + phi[1:, :-1] + phi[:-1, 1:] + phi[1:, 1:])
+        solid = (self.cell_phi < 0.0) & (self.count == 0)
         closed_u = np.zeros((nx + 1, ny), bool)
         closed_u[:-1] |= solid
         closed_u[1:] |= solid
@@ -204,30 +229,65 @@ class NumpyFlip2D:
     def body_forces(self, dt: float) -> None:
         self.u = np.where(self.wu > 0.0, self.u + self.gravity[0] * dt, self.u)
         self.w = np.where(self.wv > 0.0, self.w + self.gravity[1] * dt, self.w)
-        # as the kernel: below VISCOSITY_SKIP of a cell's diffusion per substep, no viscosity pass
-        if self.nu * dt > VISCOSITY_SKIP * self.dx * self.dx:
-            nx, ny, cnt = self.nx, self.ny, self.count
-            il, ir = np.clip(np.arange(nx + 1) - 1, 0, nx - 1), np.clip(np.arange(nx + 1), 0, nx - 1)
-            near_u = (cnt[il, :] + cnt[ir, :]) > 0
-            jd, jt = np.clip(np.arange(ny + 1) - 1, 0, ny - 1), np.clip(np.arange(ny + 1), 0, ny - 1)
-            near_w = (cnt[:, jd] + cnt[:, jt]) > 0
-            c = dt * self.nu / (self.dx * self.dx)
-            self.u = self._viscosity(self.u, self.wu, self.us, self.valid_u, near_u, c)
-            self.w = self._viscosity(self.w, self.wv, self.ws, self.valid_w, near_w, c)
 
-    @staticmethod
-    def _viscosity(f, wgt, fs, valid, near, c):
-        """Explicit f += c lap(f): solid neighbours at the solid velocity; air (not yet valid)
-        neighbours and none past the edge give zero gradient."""
-        solid = wgt == 0.0
-        nb_val = np.where(solid, fs, f)
-        known = solid | (valid != 0)
-        lap = np.zeros_like(f)
-        lap[1:] += np.where(known[:-1], nb_val[:-1] - f[1:], 0.0)
-        lap[:-1] += np.where(known[1:], nb_val[1:] - f[:-1], 0.0)
-        lap[:, 1:] += np.where(known[:, :-1], nb_val[:, :-1] - f[:, 1:], 0.0)
-        lap[:, :-1] += np.where(known[:, 1:], nb_val[:, 1:] - f[:, :-1], 0.0)
-        return np.where((wgt > 0.0) & near, f + c * lap, f)
+    def viscosity(self, dt: float) -> None:
+        """As the kernel's, on both components (between the two projections)."""
+        nx, ny, cnt = self.nx, self.ny, self.count
+        il, ir = np.clip(np.arange(nx + 1) - 1, 0, nx - 1), np.clip(np.arange(nx + 1), 0, nx - 1)
+        near_u = (cnt[il, :] + cnt[ir, :]) > 0
+        jd, jt = np.clip(np.arange(ny + 1) - 1, 0, ny - 1), np.clip(np.arange(ny + 1), 0, ny - 1)
+        near_w = (cnt[:, jd] + cnt[:, jt]) > 0
+        c = dt * self.nu / (self.dx * self.dx)
+        phi = self.phi
+        self.u = self._viscosity(self.u, self.wu, self.us, 0.5 * (phi[:, :-1] + phi[:, 1:]),
+                                 near_u, c, (0.0, 0.5))
+        self.w = self._viscosity(self.w, self.wv, self.ws, 0.5 * (phi[:-1, :] + phi[1:, :]),
+                                 near_w, c, (0.5, 0.0))
+
+    def _viscosity(self, f, wgt, fs, face_phi, near, c, offset):
+        """As the kernel's implicit viscosity, solved directly: (I - c lap) f' = f on the open
+        faces next to liquid with their centre outside solids; a neighbour across a solid or the
+        domain's edge (SDF < 0 at its centre, or closed) holds the wall's velocity at the wall,
+        a fraction theta of the spacing away; air neighbours give zero gradient. ``offset``: the
+        faces' position in cells, (i + ox, j + oy)."""
+        dx = self.dx
+        ni, nj = f.shape
+        unknown = (wgt > 0.0) & (face_phi > 0.0) & near
+        # one ring of faces off the grid: closed, static, the domain edges' SDF
+        pi = (np.arange(-1, ni + 1) + offset[0]) * dx
+        pj = (np.arange(-1, nj + 1) + offset[1]) * dx
+        P, Q = np.meshgrid(pi, pj, indexing="ij")
+        ring_phi = np.minimum(np.minimum(P, self.nx * dx - P), np.minimum(Q, self.ny * dx - Q))
+        phi_p = ring_phi.copy()
+        phi_p[1:-1, 1:-1] = face_phi
+        wgt_p, fs_p, unk_p = np.pad(wgt, 1), np.pad(fs, 1), np.pad(unknown, 1)
+        idx = np.full((ni, nj), -1, np.int64)
+        m = int(unknown.sum())
+        if m == 0:
+            return f
+        idx[unknown] = np.arange(m)
+        idx_p = np.pad(idx, 1, constant_values=-1)
+        diag = np.ones((ni, nj))
+        rhs = f.copy()
+        rows, cols = [], []
+        for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+            sl = (slice(1 + di, 1 + di + ni), slice(1 + dj, 1 + dj + nj))
+            unk_n, phi_n = unk_p[sl], phi_p[sl]
+            wall = ~unk_n & ((wgt_p[sl] == 0.0) | (phi_n < 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                theta = np.where(phi_n < 0.0, np.maximum(face_phi / (face_phi - phi_n), VISCOSITY_WALL_MIN), 1.0)
+            diag += np.where(unk_n, c, 0.0) + np.where(wall, c / theta, 0.0)
+            rhs += np.where(wall, c * fs_p[sl] / theta, 0.0)
+            pair = unknown & unk_n
+            rows.append(idx[pair])
+            cols.append(idx_p[sl][pair])
+        rows, cols = np.concatenate(rows), np.concatenate(cols)
+        A = sp.coo_matrix((np.concatenate([diag[unknown], np.full(len(rows), -c)]),
+                           (np.concatenate([np.arange(m), rows]), np.concatenate([np.arange(m), cols]))),
+                          shape=(m, m)).tocsc()
+        out = f.copy()
+        out[unknown] = spla.spsolve(A, rhs[unknown])
+        return out
 
     # ------------------------------------------------------------------ pressure
     def wets_wall(self) -> np.ndarray:
@@ -243,30 +303,35 @@ class NumpyFlip2D:
         wet_y = np.where(gy > 0.0, wet[1:-1, 2:], wet[1:-1, :-2])
         return cut & (((np.abs(gx) >= 0.5 * np.abs(gy)) & wet_x) | ((np.abs(gy) >= 0.5 * np.abs(gx)) & wet_y))
 
-    def project(self) -> int:
+    def project(self, dt: float) -> int:
+        """As the kernel's: pressure projection; for a viscous liquid, then viscosity and a
+        second projection with the same matrix."""
         nx, ny, dx = self.nx, self.ny, self.dx
-        wu, wv, us, ws, u, w, cnt = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.count
+        wu, wv, cnt = self.wu, self.wv, self.count
         open_sum = wu[:-1] + wu[1:] + wv[:, :-1] + wv[:, 1:]
         liquid = ((cnt > 0) | self.wets_wall()) & (open_sum > 0.0)
         m = int(liquid.sum())
-        iters = 0
-        pgrid = np.zeros((nx, ny))
+        A = None
+        self.fill = self.rho / np.maximum(tent_cdf(self.cell_phi / dx), 0.5)  # as the kernel's fill_at
         if m > 0:
             cid = np.full((nx, ny), -1, np.int64)
             cid[liquid] = np.arange(m)  # C order, i * ny + j (the kernel numbers by anti-diagonal
                                         # for its PCG; a direct solve does not depend on the order)
-            # Batty's divergence and the density-correction target
-            div = ((wu[1:] * u[1:] + (1 - wu[1:]) * us[1:]) - (wu[:-1] * u[:-1] + (1 - wu[:-1]) * us[:-1])
-                   + (wv[:, 1:] * w[:, 1:] + (1 - wv[:, 1:]) * ws[:, 1:])
-                   - (wv[:, :-1] * w[:, :-1] + (1 - wv[:, :-1]) * ws[:, :-1]))
-            # as the kernel: only cells well inside the liquid may be asked to contract
-            wet = np.pad(cnt > 0, 1)
-            inside = ((open_sum == 4.0) & wet[:-2, 1:-1] & wet[2:, 1:-1]
-                      & wet[1:-1, :-2] & wet[1:-1, 2:])
-            excess = np.where(inside, self.rho - 1.0, np.maximum(self.rho - 1.0, 0.0))
-            div -= self.kappa * np.clip(excess, -0.5, 0.5) * dx / self.dt_max  # as the kernel: a velocity
-            rhs = -dx * div[liquid]
-            diag = open_sum[liquid]
+            # as the kernel: cells inside the liquid go to the density of liquid filling the
+            # open space around them, the others only expand; a velocity target
+            excess = np.where(self.surrounded(), self.rho - tent_cdf(self.cell_phi / dx),
+                              np.maximum(self.rho - 1.0, 0.0))
+            self.div_target = self.kappa * np.clip(excess, -0.5, 0.5) * dx / self.dt_max
+            # ghost fluid at the free surface: an open face to an air cell weighs w / theta
+            fill = np.pad(self.fill, 1)
+            lq = np.pad(liquid, 1)
+            ghost = np.zeros((nx, ny))
+            for w_face, sl in ((wu[:-1], (slice(0, -2), slice(1, -1))), (wu[1:], (slice(2, None), slice(1, -1))),
+                               (wv[:, :-1], (slice(1, -1), slice(0, -2))), (wv[:, 1:], (slice(1, -1), slice(2, None)))):
+                air = ~lq[sl] & (w_face > 0.0)
+                th = surface_fraction(self.fill, fill[sl])
+                ghost += np.where(air, w_face * (1.0 / th - 1.0), 0.0)
+            diag = (open_sum + ghost)[liquid]
             # couplings across interior faces between two liquid cells (symmetric)
             pu = liquid[:-1] & liquid[1:]
             pv = liquid[:, :-1] & liquid[:, 1:]
@@ -278,26 +343,48 @@ class NumpyFlip2D:
             A = sp.coo_matrix((np.concatenate([diag, -c, -c]),
                                (np.concatenate([np.arange(m), a, b]),
                                 np.concatenate([np.arange(m), b, a]))), shape=(m, m)).tocsc()
-            if np.abs(rhs).max() > 0.0:
-                p = self._solve(A, rhs)
-                iters = 1
-                pgrid[liquid] = p
-        self.pressure = pgrid
         self.liquid = liquid
-        # velocity update: faces next to a liquid cell take the gradient (air p = 0)
-        pp = np.pad(pgrid, ((1, 1), (0, 0)))
-        lq = np.pad(liquid, ((1, 1), (0, 0)))
-        touch = lq[:-1] | lq[1:]
-        solid = wu == 0.0
-        self.u = np.where(solid, us, np.where(touch, u - (pp[1:] - pp[:-1]) / dx, u))
-        self.valid_u = (solid | touch).astype(np.int64)
-        pp = np.pad(pgrid, ((0, 0), (1, 1)))
-        lq = np.pad(liquid, ((0, 0), (1, 1)))
-        touch = lq[:, :-1] | lq[:, 1:]
-        solid = wv == 0.0
-        self.w = np.where(solid, ws, np.where(touch, w - (pp[:, 1:] - pp[:, :-1]) / dx, w))
-        self.valid_w = (solid | touch).astype(np.int64)
+        iters = self._solve_and_update(A, liquid)
+        if self.nu * dt > VISCOSITY_SKIP * dx * dx:  # as the kernel
+            self.viscosity(dt)
+            iters += self._solve_and_update(A, liquid)
         return iters
+
+    def _solve_and_update(self, A, liquid) -> int:
+        """Solve for the pressure with the current face velocities' divergence and subtract its
+        gradient (faces next to a liquid cell; the ghost pressure p (theta - 1) / theta on the
+        air side of a free-surface face). Returns 1 per direct solve, 0 if none was needed."""
+        wu, wv, us, ws, u, w, dx = self.wu, self.wv, self.us, self.ws, self.u, self.w, self.dx
+        pgrid = np.zeros((self.nx, self.ny))
+        iters = 0
+        if A is not None:
+            # Batty's divergence less the density-correction target
+            div = ((wu[1:] * u[1:] + (1 - wu[1:]) * us[1:]) - (wu[:-1] * u[:-1] + (1 - wu[:-1]) * us[:-1])
+                   + (wv[:, 1:] * w[:, 1:] + (1 - wv[:, 1:]) * ws[:, 1:])
+                   - (wv[:, :-1] * w[:, :-1] + (1 - wv[:, :-1]) * ws[:, :-1])) - self.div_target
+            rhs = -dx * div[liquid]
+            if np.abs(rhs).max() > 0.0:
+                pgrid[liquid] = self._solve(A, rhs)
+                iters = 1
+        self.pressure = pgrid
+        self.u, self.valid_u = self._pressure_update(u, wu, us, pgrid, liquid, self.fill, 0)
+        self.w, self.valid_w = self._pressure_update(w, wv, ws, pgrid, liquid, self.fill, 1)
+        return iters
+
+    def _pressure_update(self, f, wgt, fs, pgrid, liquid, fill, axis):
+        pad = ((1, 1), (0, 0)) if axis == 0 else ((0, 0), (1, 1))
+        pp, lq, rr = np.pad(pgrid, pad), np.pad(liquid, pad), np.pad(fill, pad)
+        lo = (slice(None, -1), slice(None)) if axis == 0 else (slice(None), slice(None, -1))
+        hi = (slice(1, None), slice(None)) if axis == 0 else (slice(None), slice(1, None))
+        p_lo, p_hi, l_lo, l_hi = pp[lo], pp[hi], lq[lo], lq[hi]
+        th_lo_air = surface_fraction(rr[hi], rr[lo])   # liquid above/right, air below/left
+        th_hi_air = surface_fraction(rr[lo], rr[hi])
+        p_lo = np.where(l_hi & ~l_lo, p_hi * (th_lo_air - 1.0) / th_lo_air, p_lo)
+        p_hi = np.where(l_lo & ~l_hi, p_lo * (th_hi_air - 1.0) / th_hi_air, p_hi)
+        touch = l_lo | l_hi
+        solid = wgt == 0.0
+        out = np.where(solid, fs, np.where(touch, f - (p_hi - p_lo) / self.dx, f))
+        return out, (solid | touch).astype(np.int64)
 
     @staticmethod
     def _solve(A, rhs):
@@ -373,7 +460,7 @@ class NumpyFlip2D:
         self.particles_to_grid()  # as the kernel: no extrapolation before the forces
         self.u_old, self.w_old = self.u.copy(), self.w.copy()
         self.body_forces(dt)
-        iters = self.project()
+        iters = self.project(dt)
         extrapolate(self.u, self.valid_u, self.layers)
         extrapolate(self.w, self.valid_w, self.layers)
         self.grid_to_particles(dt)
@@ -425,9 +512,33 @@ class NumpyFlip2D:
         self.diag[D_SPILLED] = np.count_nonzero(spilled)
         self.diag[D_TARGET_SCORE] = score
         self.splat_density(x)
-        self.diag[D_AREA] = np.minimum(self.rho, 1.0).sum() * self.dx * self.dx
+        self.update_solids(0.0)
+        self.diag[D_AREA] = self.liquid_area()
 
-    def advance(self, interval: float, visc_dt_limit: float) -> None:
+    def surrounded(self) -> np.ndarray:
+        """As the kernel's: each cell and its eight neighbours wet (holding particles or cut by a
+        solid; outside the domain is solid) and one of them holding particles."""
+        cnt = self.count
+        nx, ny = cnt.shape
+        wet = np.pad((cnt > 0) | (self.cell_phi < 0.5 * self.dx), 1, constant_values=True)
+        liquid = np.pad(cnt > 0, 1)
+        res, anyl = np.ones((nx, ny), bool), np.zeros((nx, ny), bool)
+        for di in (0, 1, 2):
+            for dj in (0, 1, 2):
+                res &= wet[di:di + nx, dj:dj + ny]
+                anyl |= liquid[di:di + nx, dj:dj + ny]
+        return res & anyl
+
+    def liquid_area(self) -> float:
+        """As the kernel's: cells inside the liquid (surrounded) count their open part, the
+        other cells not centred in a solid their number density."""
+        solid = (self.cell_phi < 0.0) & (self.count == 0)
+        interior = self.surrounded()
+        open_part = np.clip(0.5 + self.cell_phi / self.dx, 0.0, 1.0)
+        area = open_part[interior].sum() + self.rho[~interior & ~solid].sum()
+        return float(area * self.dx * self.dx)
+
+    def advance(self, interval: float) -> None:
         """Advance the scene by ``interval`` s, with the kernel's substep rule (float32 clock)."""
         if self.diag[D_UNSTABLE] != 0.0:
             return
@@ -440,8 +551,6 @@ class NumpyFlip2D:
                 self.diag[D_UNSTABLE] = 1.0
                 break
             dt = f32(min(self.dt_max, self.cfl * self.dx / max(speed, 1e-6)))
-            if self.nu > 0.0:
-                dt = min(dt, f32(visc_dt_limit * self.dx * self.dx / self.nu))
             remaining = interval32 - t
             if dt >= remaining:
                 dt = remaining
@@ -503,7 +612,6 @@ class ReferenceWorld2D(World2D):
         s.x, s.v = m.x.astype(np.float64).copy(), m.v.astype(np.float64).copy()
         s.measure(new_liquid=True)
         self._read_diagnostics()
-        self._liquid0 = self._diag[:, D_AREA].copy()
 
     def _upload_viscosity(self) -> None:
         self._solver.nu = float(self._nu[0])

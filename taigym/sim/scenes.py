@@ -28,7 +28,7 @@ def dam_break(a: float = 0.1, cells: int = 128, **world_kw) -> World2D:
     return world
 
 
-def surge_front(world: World2D, member: int = 0) -> float:
+def surge_front(world, member: int = 0) -> float:
     """Surge front position (m): the 99.9th percentile of x over the liquid touching the floor.
 
     The percentile ignores the odd droplet flung ahead; "touching the floor" is within two
@@ -42,7 +42,13 @@ def surge_front(world: World2D, member: int = 0) -> float:
 def run_dam_break(a: float = 0.1, cells: int = 128, t_end_scaled: float = 3.0,
                   dt: float = 0.01, **world_kw) -> tuple[np.ndarray, np.ndarray]:
     """Returns (T, Z) of the simulated surge front, sampled every `dt` s until T = t_end_scaled."""
-    world = dam_break(a, cells, **world_kw).build()
+    return front_series(dam_break(a, cells, **world_kw).build(), a, t_end_scaled, dt)
+
+
+def front_series(world, a: float, t_end_scaled: float = 3.0,
+                 dt: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+    """Advance a built column-collapse world (2D or 3D, y up, column a wide) by ``dt`` until
+    T = t sqrt(2 g / a) reaches ``t_end_scaled``: (T, Z = surge front / a) at each sample."""
     scale = math.sqrt(2 * GRAVITY / a)
     ts, zs = [0.0], [surge_front(world) / a]
     while ts[-1] < t_end_scaled:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .batch_world import BatchWorld, finite_vector
-from .constants import D_TARGET_SCORE, MAX_PROBE_COLUMNS, N_DIAG
+from .constants import D_TARGET_SCORE, DENSITY, GRAVITY, MAX_PROBE_COLUMNS, N_DIAG
 from .geometry import KIND_BOX, Box, Container
 
 Shape = Box | Container
@@ -50,8 +50,8 @@ class World2D(BatchWorld):
     container_type = Container
 
     def __init__(self, size: Sequence[float] = (0.6, 0.4), cells: int = 128,
-                 viscosity: float = 1e-3, *, density: float = 1000.0,
-                 gravity: Sequence[float] = (0.0, -9.81), arch: str = "cpu",
+                 viscosity: float = 1e-3, *, density: float = DENSITY,
+                 gravity: Sequence[float] = (0.0, -GRAVITY), arch: str = "cpu",
                  seed: int | Sequence[int] = 0, batch_size: int = 1,
                  max_particles: int | None = None, cfl: float = 2.0, flip_ratio: float = 0.95,
                  dt_max: float = 0.01, density_correction: float = 0.5,

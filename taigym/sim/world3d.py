@@ -20,7 +20,7 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from .batch_world import BatchWorld, finite_vector
-from .constants import N_DIAG
+from .constants import DENSITY, GRAVITY, N_DIAG
 from .geometry3d import KIND_BOX3, KIND_SQUARE, Box3, Container3
 
 Shape3 = Box3 | Container3
@@ -41,15 +41,14 @@ class World3D(BatchWorld):
     DIM = 3
     POSE_SIZE = 6
     MAX_CELLS = 512
-    VISCOUS_DT_LIMIT = 0.16   # explicit viscosity is stable for dt * nu / dx^2 <= 1/6 in 3D
     OPTIMIZE_IR = False       # 21 s to compile instead of 262 s, 8 % slower (backend.init)
     REGION = "auto"           # the solver's region: active tiles or box, whichever is smaller
     LIQUID_MEASURE = "volume"
     container_type = Container3
 
     def __init__(self, size: Sequence[float] = (0.2, 0.2, 0.2), cells: int = 24,
-                 viscosity: float = 1e-3, *, density: float = 1000.0,
-                 gravity: Sequence[float] = (0.0, -9.81, 0.0), arch: str = "cpu",
+                 viscosity: float = 1e-3, *, density: float = DENSITY,
+                 gravity: Sequence[float] = (0.0, -GRAVITY, 0.0), arch: str = "cpu",
                  seed: int | Sequence[int] = 0, batch_size: int = 1,
                  max_particles: int | None = None, cfl: float = 1.0, flip_ratio: float = 0.95,
                  dt_max: float = 0.01, density_correction: float = 0.5,

@@ -7,6 +7,8 @@ the agents, which only act, and the apps).
   demonstrations, the tasks learned from and validated on);
 * :mod:`~taigym.training.rh`: the liquid-parameter network of ``rh`` from the CMA-ES dataset;
 * :mod:`~taigym.training.sb3`: Stable-Baselines3's ``ppo`` and ``sac``;
+* :mod:`~taigym.training.vec_env`: SB3's ``VecEnv`` over taigym's batched vector envs
+  (``BatchedVecEnv``), so SB3 trains on one batched engine;
 * :mod:`~taigym.training.loggers`: the experiment loggers (console, W&B) the trainers and the
   apps log to.
 
