@@ -15,20 +15,34 @@ it moves), come sorted by how far along the direction of travel they are from th
 order fixed for the episode), each as the distances a planner reasons with, from the
 container's outline (its top radius across, its height up): how far ahead its near face and its
 far face are (m, along ``s``), how far its top is above the container's bottom and how far its
-underside is above the container's rim (m).
+underside is above the container's rim (m), and the gap between the two outlines (m, the largest
+of those four separations, negative when they overlap). BC's failures on Transport-v0 were
+collisions (boards under a shelf's goal, the edges of a wall's window), not spills.
+
+The expert tracks a jerk-limited (Ruckig) trajectory: its acceleration is a state of the plan
+that one observation does not show (the velocity does; 0.9 correlation between one step's
+velocity change and the next's in 298 sfrrt demonstrations). The features add the change of
+velocity since the previous observation (:func:`featurize`'s ``prev``; zero at the first), and
+the network predicts the velocity change it commands, not the velocity: the action is the
+observed velocity (over :data:`MAX_VELOCITY`) plus the network's output in the frame of travel
+(:func:`output`), scaled by the demonstrations' spread of velocity changes (``action_scale``).
+Regressing the action itself, an MLP learned "keep the current velocity" (the velocity change is
+2 % of the action's variance along x) and little of when to speed up or brake.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .sfrrt import MAX_VELOCITY
+
 # Transport-v0's observation entries (taigym.envs.transport): 0-2 pose (x, z, tilt), 3-5 velocity,
 # 6-8 goal, 9-11 goal minus pose, 13 top radius, 14 height, 19 + 5 k the obstacle slots (present,
 # x_c, z_c, width, height)
 POSE, VEL, GOAL, TO_GOAL, TOP_RADIUS, HEIGHT, SLOTS, SLOT_SIZE = 0, 3, 6, 9, 13, 14, 19, 5
 ROOM_WIDTH = 1.2                       # m, Transport-v0's room (taigym.envs.transport_tasks.ROOM)
-PER_BOX = 5                            # present, near face, far face, top, underside
-PER_ROW = 11                           # pose, velocity, goal minus pose (3 each), pose minus start (2)
+PER_BOX = 6                            # present, near face, far face, top, underside, separation
+PER_ROW = 14         # pose, velocity, goal minus pose, velocity change (3 each), pose minus start (2)
 START_DIM = 4                          # the start pose in the frame of travel, then s
 #: the room-frame entries the travel frame replaces (x, tilt, their rates and the boxes): hidden
 ROOM_FRAME = [POSE, POSE + 2, VEL, VEL + 2, GOAL, GOAL + 2, TO_GOAL, TO_GOAL + 2]
@@ -62,10 +76,12 @@ def start_features(start: np.ndarray) -> np.ndarray:
     return np.column_stack([_travel(s0[:, POSE], s), s0[:, POSE + 1], s * s0[:, POSE + 2], s]).astype(np.float32)
 
 
-def featurize(x: np.ndarray, start_part: np.ndarray) -> np.ndarray:
-    """(n, extra_dim - START_DIM) for observations ``x`` (n, d) and their episodes'
-    :func:`start_features` (n, START_DIM) or (START_DIM,)."""
+def featurize(x: np.ndarray, start_part: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
+    """(n, extra_dim - START_DIM) for observations ``x`` (n, d), their episodes'
+    :func:`start_features` (n, START_DIM) or (START_DIM,) and the observations before them
+    ``prev`` (rows as ``x``; None or the row itself at an episode's start: no velocity change)."""
     x = np.atleast_2d(np.asarray(x, np.float64))
+    p = x if prev is None else np.broadcast_to(np.asarray(prev, np.float64), x.shape)
     sp = np.broadcast_to(np.asarray(start_part, np.float64), (len(x), START_DIM))
     x0, z0, s = sp[:, 0:1], sp[:, 1:2], sp[:, 3:4]
     k = n_slots(x.shape[1])
@@ -81,12 +97,17 @@ def featurize(x: np.ndarray, start_part: np.ndarray) -> np.ndarray:
     r, h = x[:, TOP_RADIUS:TOP_RADIUS + 1], x[:, HEIGHT:HEIGHT + 1]
     ahead = centre[..., 0] - px
     half_w, half_h = 0.5 * slots[..., 3], 0.5 * slots[..., 4]
-    box = np.stack([np.ones_like(ahead), ahead - half_w - r, ahead + half_w + r,
-                    slots[..., 2] + half_h - pz, slots[..., 2] - half_h - (pz + h)], axis=-1)
+    near, far = ahead - half_w - r, ahead + half_w + r
+    top, under = slots[..., 2] + half_h - pz, slots[..., 2] - half_h - (pz + h)
+    # the gap between the container's outline and the box (m; < 0: they overlap, a collision):
+    # the largest of the four separations, a max an MLP of these inputs draws only roughly
+    sep = np.max(np.stack([near, -far, -top, under]), axis=0)
+    box = np.stack([np.ones_like(ahead), near, far, top, under, sep], axis=-1)
     box *= present[..., None]
     rows = [px, pz, s * x[:, POSE + 2:POSE + 3]]
-    for i in (VEL, TO_GOAL):
-        rows += [s * x[:, i:i + 1], x[:, i + 1:i + 2], s * x[:, i + 2:i + 3]]
+    dv = x[:, VEL:VEL + 3] - p[:, VEL:VEL + 3]
+    for v in (x[:, VEL:VEL + 3], x[:, TO_GOAL:TO_GOAL + 3], dv):
+        rows += [s * v[:, 0:1], v[:, 1:2], s * v[:, 2:3]]
     rows += [px - x0, pz - z0]
     return np.hstack([box.reshape(len(x), -1), *rows]).astype(np.float32)
 
@@ -98,4 +119,28 @@ def action_sign(inputs: np.ndarray, in_dim: int) -> np.ndarray:
     return np.where(s > 0, 1.0, MIRRORED)
 
 
-__all__ = ["START_DIM", "action_sign", "extra_dim", "featurize", "hidden_entries", "start_features"]
+def held_action(inputs: np.ndarray) -> np.ndarray:
+    """(n, 3): the action that keeps the observed velocity, from featurized ``inputs``."""
+    return np.asarray(inputs)[..., VEL:VEL + 3] / MAX_VELOCITY
+
+
+def output(inputs: np.ndarray, in_dim: int, net_out, scale):
+    """The action (n, 3, room frame) for the network's output ``net_out`` (n, 3; a velocity
+    change in the frame of travel over ``scale``; numpy or torch, returned as it)."""
+    sign = action_sign(inputs, in_dim) * np.asarray(scale)
+    held = held_action(inputs)
+    if isinstance(net_out, np.ndarray):
+        return held.reshape(net_out.shape) + net_out * sign.reshape(net_out.shape)
+    import torch
+
+    return torch.as_tensor(held, dtype=net_out.dtype) + net_out * torch.as_tensor(sign, dtype=net_out.dtype)
+
+
+def targets(inputs: np.ndarray, in_dim: int, actions: np.ndarray) -> np.ndarray:
+    """The network's targets (before ``scale``) for the room-frame ``actions``: their velocity
+    change in the frame of travel."""
+    return (np.asarray(actions, np.float64) - held_action(inputs)) * action_sign(inputs, in_dim)
+
+
+__all__ = ["START_DIM", "action_sign", "extra_dim", "featurize", "hidden_entries", "output", "start_features",
+           "targets"]
