@@ -122,7 +122,8 @@ class MLPPolicy(nn.Module):
 
     def action_scale(self) -> torch.Tensor:
         """(act_dim,): the scale of the network's outputs (the fit's loss divides by it)."""
-        return torch.as_tensor(np.broadcast_to(action_scale(self.features), (self.act_dim,)).copy(), dtype=torch.float32)
+        scale = np.broadcast_to(action_scale(self.features), (self.act_dim,))
+        return torch.as_tensor(scale.copy(), dtype=torch.float32)
 
     def set_normalisation(self, obs: np.ndarray) -> None:
         """From featurized inputs (n, in_dim)."""
