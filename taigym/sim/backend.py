@@ -44,14 +44,9 @@ def init(arch: str = "cpu", *, optimize: bool = True) -> str:
 
     # fast_math off: reassociated float sums would break bit-identical CPU results across
     # batch sizes (kernels are recompiled per field shape).
-    # Compile cost of each solver's one kernel, measured on the 2-core machine (2026-11-24;
-    # first compile, then cached on disk per grid shape by Taichi's offline cache):
-    #   2D pour scene: advanced IR optimisations 28 s, 0.85 GB, 10.9 ms a step; without Taichi's
-    #   CFG optimisation 8.6 s, 0.24 GB, 10.2 ms; with neither 5.9 s, 0.25 GB, 11.7 ms.
-    #   3D (20^3): advanced 6+ min and 6-10 GB; without the CFG pass 262 s, 0.4 GB, 27.8 ms a
-    #   step; with neither 21 s, 0.4 GB, 30.2 ms.
-    # So the CFG pass is never run, and the advanced optimisations only where they pay: the 2D
-    # solver asks for them, the 3D one not (8 % slower steps for a compile 12x shorter).
+    # Taichi's CFG pass costs minutes and GB of compile for no step speed, so it is never run;
+    # the other advanced IR optimisations pay for the 2D solver, not for the 3D one (a compile
+    # ~12x longer for steps ~8 % faster), so the first solver built asks (figures: docs/backend.md).
     # TAIGYM_FAST_COMPILE=1 turns them off, =0 on, whatever the first solver asks.
     fast = os.environ.get("TAIGYM_FAST_COMPILE")
     ti.init(arch=ti.cuda if wanted == "cuda" else ti.cpu, fast_math=False,
