@@ -41,7 +41,7 @@ ENVS = {
     "pour3d": ("taigym/Pour3D-v0", {}),
     "transport": ("taigym/Transport-v0", {}),
     "transport3d": ("taigym/Transport3D-v0", {}),
-    "multicontact": ("taigym/MultiContact-v0", {}),
+    "multicontact": ("taigym/MultiContact-v1", {}),
 }
 VECTOR_ENVS = 2
 

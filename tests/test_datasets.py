@@ -112,3 +112,14 @@ def test_expert_dataset_replays_on_pour3d(tmp_path):
     summary = record(compose(["env=pour3d", "agent=expert", "episodes=1", f"out={tmp_path}", "progress=false",
                               "success_only=false"]))
     check_replays(minari.MinariDataset(tmp_path / summary["dataset_id"] / "data"), 1)
+
+
+def test_datasets_app_resumes_when_only_the_learner_defaults_changed(tmp_path, monkeypatch):
+    """env.learner (bc's and dagger's feature defaults) does not change a recorded episode: a
+    recording interrupted before such a change resumes after it (it refused: "env differ")."""
+    args = ["env=pour_simplified_tilt", "agent=random", f"out={tmp_path}", "progress=false", "success_only=false"]
+    record(compose(args + ["episodes=1"]))
+    calls, real = [], collect_mod.rollout
+    monkeypatch.setattr(collect_mod, "rollout", lambda *a, **k: calls.append(k["task_index"]) or real(*a, **k))
+    summary = record(compose(args + ["episodes=2", "env.learner.features=none", "env.learner.ignore_obs=[3]"]))
+    assert calls == [1] and summary["episodes"] == 2

@@ -181,3 +181,65 @@ def test_ompl_informed_rrt_star_baseline_paths_are_collision_free(eval_tasks):
     np.testing.assert_allclose(tr.waypoints[[0, -1]], [task.start, task.goal], atol=1e-9)
     assert not task.collides(tr.pos).any() and plan.accepted
     assert np.abs(tr.waypoints[:, 2]).max() <= cfg.tilt_fraction * pr.theta_max + 1e-9
+
+
+class TransportEnv:
+    """What sfrrt reads of Transport-v0 (its task), without the liquid solver's start-up."""
+
+    spec = None
+
+    def __init__(self, task):
+        self.task, self.unwrapped = task, self
+
+
+def _track_labels(task, track: str, states):
+    """sfrrt's actions (m/s, m/s, rad/s) from ``states(plan)`` [(pose, velocity), ...] visited
+    in order after a reset on ``task``; and the plan."""
+    from taigym.agents.sfrrt import MAX_VELOCITY
+    from taigym.envs.transport import OBS_SIZE
+
+    agent = taigym.agents.make("sfrrt", TransportEnv(task), classifier="quasi_static", track=track)
+    agent.reset(seed=0)
+    out = []
+    for pose, vel in states(agent.plan.trajectory):
+        obs = np.zeros(OBS_SIZE, np.float32)
+        obs[0:3], obs[3:6] = pose, vel
+        out.append(agent.act(obs, {}) * MAX_VELOCITY)
+    return np.array(out), agent.plan.trajectory
+
+
+def test_path_tracking_labels_lead_an_off_plan_carry_back_to_the_path_and_along_it(eval_tasks):
+    """DAgger's labels on Transport-v0 (track="path"): from a carry that lags the plan (held at
+    the start for 10 steps) the label resumes the plan's motion from there, where tracking by
+    time hurries (full speed) to where the plan is by now; from a carry 3 cm beside the path
+    mid-way, the label's next pose is nearer the path and further along it."""
+    from taigym.sim.constants import CONTROL_DT
+
+    task = next(t for t in eval_tasks if t.layout == "boxes" and t.obstacles)
+
+    def held(tr):
+        return [(tr.pos[0], np.zeros(3))] * 11
+
+    lab_time, tr = _track_labels(task, "time", held)
+    lab_path, _ = _track_labels(task, "path", held)
+    speed = np.linalg.norm(tr.vel[:, :2], axis=1)
+    assert np.linalg.norm(lab_time[-1, :2]) > 0.5 * speed.max()
+    assert np.linalg.norm(lab_path[-1, :2]) < 2 * speed[1] + 1e-3 < 0.2 * speed.max()
+
+    mid = int(np.argmax(speed))
+    tangent = tr.vel[mid, :2] / speed[mid]
+    normal = np.array([-tangent[1], tangent[0]])
+
+    def beside(tr):      # on the plan up to mid, then 3 cm off it
+        states = [(tr.pos[k], tr.vel[k]) for k in range(mid)]
+        return states + [(tr.pos[mid] + np.r_[0.03 * normal, 0.0], tr.vel[mid])]
+
+    lab, _ = _track_labels(task, "path", beside)
+    pose = tr.pos[mid] + np.r_[0.03 * normal, 0.0]
+    nxt = pose + 0.5 * (tr.vel[mid] + lab[-1]) * CONTROL_DT
+
+    def off_path(p):
+        return np.min(np.linalg.norm(tr.pos[:, :2] - p[:2], axis=1))
+
+    assert off_path(nxt) < 0.9 * off_path(pose)
+    assert (nxt - pose)[:2] @ tangent > 0.5 * speed[mid] * CONTROL_DT

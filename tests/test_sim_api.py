@@ -1,5 +1,7 @@
 """The simulator facade: determinism, batching, bad input and blow-ups (checks 6-7)."""
 
+import os
+import time
 import warnings
 
 import numpy as np
@@ -284,3 +286,18 @@ def test_target_score_is_pan_manocha_2017_r_p_of_the_liquid_entering():
         x, owner, t_pose = x_new, owner_new, t_next
     assert total > 10.0                                 # liquid did pour into T
     assert world.fractions()["in"][t] > 0.2 and world.fractions()["spilled"] > 0.0
+
+
+def test_a_stale_taichi_cache_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    # a process killed while Taichi held its disk cache's lock leaves the file behind; while it
+    # exists every later process compiles every kernel again (minutes per solver)
+    lock = tmp_path / "ticache.lock"
+    lock.write_text("")
+    assert not backend.clear_stale_cache_lock(str(tmp_path))     # fresh: another process holds it
+    assert lock.exists()
+    old = time.time() - backend.STALE_LOCK_AGE - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match="stale Taichi cache lock"):
+        assert backend.clear_stale_cache_lock(str(tmp_path))
+    assert not lock.exists()
+    assert not backend.clear_stale_cache_lock(str(tmp_path))     # nothing left to remove

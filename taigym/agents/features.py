@@ -58,7 +58,9 @@ import numpy as np
 
 from taigym.sim.constants import GRAVITY
 
-KINDS = ("none", "target_path", "auto")
+from . import transport_features
+
+KINDS = ("none", "target_path", "obstacles", "auto")
 RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
 ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
 # Pour-v0's observation entries (both obs modes): 6-7 T's position (m), 8-9 its velocity (m/s),
@@ -71,12 +73,13 @@ START_VELOCITY = slice(3, 6)             # S's velocity vx, vy, omega at the epi
 # sqp pours towards T's side of S at the middle of its plan, which ends drain_time (1 s) before the
 # 5 s horizon: (5 - 1) / 2 = 2 s, 0.4 of the horizon
 POUR_SIDE_TIME = 0.4
+ACTION_SCALE_FLOOR = 1e-3                # of an action in [-1, 1]: an output the demonstrations never vary
 POUR_OBS_MIN = 40                        # entries 0-39 are shared by obs_mode features and lip
 
 
 def resolve(kind: str, env) -> dict:
     """The feature spec for ``kind`` in ``env``; ``"auto"`` is ``"target_path"`` on Pour-v0
-    (and envs with its observation layout), else ``"none"``."""
+    (and envs with its observation layout), ``"obstacles"`` on Transport-v0, else ``"none"``."""
     if kind not in KINDS:
         raise ValueError(f"features must be one of {KINDS}, got {kind!r}")
     from taigym.envs import family_of
@@ -85,9 +88,13 @@ def resolve(kind: str, env) -> dict:
     task = getattr(u, "task", None)
     pour = family_of(env) == "pour"
     if kind == "auto":
-        kind = "target_path" if pour else "none"
+        kind = "target_path" if pour else "obstacles" if family_of(env) == "transport" else "none"
     if kind == "none":
         return {"kind": "none"}
+    if kind == "obstacles":
+        if family_of(env) != "transport":
+            raise ValueError(f"features='obstacles' needs Transport-v0's observation, got {family_of(env)!r}")
+        return {"kind": "obstacles", "slots": transport_features.n_slots(env.observation_space.shape[0])}
     if not pour:
         raise ValueError(f"features='target_path' needs Pour-v0's observation, got {family_of(env)!r}")
     from taigym.envs.pour_tasks import TARGET_BOUNDS
@@ -102,10 +109,51 @@ def extra_dim(spec: dict | None) -> int:
     """Entries the features add to the observation."""
     if not spec or spec["kind"] == "none":
         return 0
+    if spec["kind"] == "obstacles":
+        return transport_features.extra_dim(_transport_obs_dim(spec))
     lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
     return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0) + (2 if spec.get("outflow_landing") else 0)
             + (START_VELOCITY.stop - START_VELOCITY.start if spec.get("start_velocity") else 0)
             + (1 if spec.get("pour_side") else 0))
+
+
+def _transport_obs_dim(spec: dict) -> int:
+    return transport_features.SLOTS + transport_features.SLOT_SIZE * spec["slots"]
+
+
+def replaced_inputs(spec: dict | None) -> list[int]:
+    """Indices of the featurized input the policy must not see: observation entries the
+    features re-express (Transport's room frame) and the direction of travel, which the policy
+    applies to its output instead (:func:`output`)."""
+    if not spec or spec["kind"] != "obstacles":
+        return []
+    obs_dim = _transport_obs_dim(spec)
+    return transport_features.hidden_entries(obs_dim) + [obs_dim + extra_dim(spec) - 1]
+
+
+def output(spec: dict | None, inputs: np.ndarray, net_out):
+    """The action (n, act_dim) from the network's output ``net_out`` (numpy or torch) for its
+    featurized ``inputs`` (n, in_dim): as it is, or on Transport (``"obstacles"``) the observed
+    velocity plus the output as a velocity change in the frame of travel, times the spec's
+    ``action_scale`` (:mod:`taigym.agents.transport_features`)."""
+    if not spec or spec["kind"] != "obstacles":
+        return net_out
+    return transport_features.output(inputs, _transport_obs_dim(spec) + extra_dim(spec), net_out,
+                                     spec.get("action_scale", 1.0))
+
+
+def fit_action_scale(spec: dict | None, inputs: np.ndarray, actions: np.ndarray) -> None:
+    """Set the spec's ``action_scale`` (Transport: each output's spread over the demonstrations
+    ``actions`` for ``inputs``, so that every output is learned at the same scale); a no-op for
+    features whose network regresses the action itself."""
+    if spec and spec["kind"] == "obstacles":
+        t = transport_features.targets(inputs, _transport_obs_dim(spec) + extra_dim(spec), actions)
+        spec["action_scale"] = [float(v) for v in np.maximum(t.std(0), ACTION_SCALE_FLOOR)]
+
+
+def action_scale(spec: dict | None) -> np.ndarray | float:
+    """The factor the network's output is multiplied by (its training loss is divided by it)."""
+    return np.asarray(spec.get("action_scale", 1.0), np.float32) if spec else 1.0
 
 
 def _row(x: np.ndarray, bounds, horizon: float) -> list[float]:
@@ -152,6 +200,8 @@ def start_features(start: np.ndarray, spec: dict | None) -> np.ndarray | None:
     """The spec's entries that depend on the episode's first observation only (S's start pose and
     velocity, the pour side), (n, k) for ``start`` (n, d) or (d,); None if it has none. Constant over
     an episode: a policy computes them once per episode (:class:`~taigym.agents.policy.NumpyPolicy`)."""
+    if spec and spec["kind"] == "obstacles":
+        return transport_features.start_features(start)
     if not spec or not (spec.get("start_pose") or spec.get("start_velocity") or spec.get("pour_side")):
         return None
     if start is None:
@@ -166,15 +216,22 @@ def start_features(start: np.ndarray, spec: dict | None) -> np.ndarray | None:
 
 
 def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = None, *,
-              start_part: np.ndarray | None = None) -> np.ndarray:
+              start_part: np.ndarray | None = None, prev: np.ndarray | None = None) -> np.ndarray:
     """``obs`` (n, d) or (d,) with the spec's features appended (float32, same leading shape);
     ``start``: the episode's first observation(s) (rows as ``obs``, or one for all), needed
     with ``start_pose``, ``start_velocity`` or ``pour_side``, unless ``start_part`` gives
-    :func:`start_features` of it."""
+    :func:`start_features` of it; ``prev``: the observation(s) before ``obs`` in the episode
+    (Transport's velocity change; None: at the episode's start)."""
     obs = np.asarray(obs, np.float32)
     if not spec or spec["kind"] == "none":
         return obs
     x = np.atleast_2d(obs)
+    if spec["kind"] == "obstacles":
+        if start_part is None:
+            start_part = start_features(start, spec)
+        out = np.hstack([x, transport_features.featurize(x, start_part, prev),
+                         np.broadcast_to(start_part, (len(x), start_part.shape[-1]))])
+        return out if obs.ndim == 2 else out[0]
     if x.shape[1] < POUR_OBS_MIN:
         raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
                          f"got {x.shape[1]}")
@@ -189,4 +246,5 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
     return out if obs.ndim == 2 else out[0]
 
 
-__all__ = ["KINDS", "extra_dim", "featurize", "pour_side", "resolve", "start_features"]
+__all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "output", "pour_side",
+           "replaced_inputs", "resolve", "start_features"]

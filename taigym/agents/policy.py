@@ -33,7 +33,7 @@ from gymnasium import spaces
 from torch import nn
 
 from .base import Agent
-from .features import extra_dim, featurize, start_features
+from .features import action_scale, extra_dim, featurize, fit_action_scale, output, replaced_inputs, start_features
 
 DEFAULT_HIDDEN = [256, 256]  # widths of the hidden layers
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -106,13 +106,24 @@ class MLPPolicy(nn.Module):
         self.register_buffer("obs_mean", torch.zeros(self.in_dim))
         self.register_buffer("obs_std", torch.ones(self.in_dim))
         mask = torch.ones(self.in_dim)
-        mask[ignore] = 0.0
+        mask[ignore + replaced_inputs(self.features)] = 0.0
         self.register_buffer("obs_mask", mask)
 
-    def featurize(self, obs: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    def featurize(self, obs: np.ndarray, start: np.ndarray | None = None,
+                  prev: np.ndarray | None = None) -> np.ndarray:
         """Observations (n, obs_dim) or (obs_dim,) -> the network's inputs (float32); ``start``:
-        each row's episode's first observation (features with ``start_pose``)."""
-        return featurize(obs, self.features, start)
+        each row's episode's first observation (features with ``start_pose``); ``prev``: the
+        observation before each row in its episode (Transport's velocity change)."""
+        return featurize(obs, self.features, start, prev=prev)
+
+    def set_action_scale(self, inputs: np.ndarray, actions: np.ndarray) -> None:
+        """From featurized inputs (n, in_dim) and their actions (features.fit_action_scale)."""
+        fit_action_scale(self.features, inputs, actions)
+
+    def action_scale(self) -> torch.Tensor:
+        """(act_dim,): the scale of the network's outputs (the fit's loss divides by it)."""
+        scale = np.broadcast_to(action_scale(self.features), (self.act_dim,))
+        return torch.as_tensor(scale.copy(), dtype=torch.float32)
 
     def set_normalisation(self, obs: np.ndarray) -> None:
         """From featurized inputs (n, in_dim)."""
@@ -120,10 +131,12 @@ class MLPPolicy(nn.Module):
         self.obs_mean.copy_(torch.as_tensor(obs.mean(0), dtype=torch.float32))
         self.obs_std.copy_(torch.as_tensor(np.maximum(obs.std(0), STD_FLOOR), dtype=torch.float32))
 
-    def forward_members(self, obs: torch.Tensor) -> torch.Tensor:
-        """Each member's action, (members, n, act_dim)."""
+    def forward_members(self, obs: torch.Tensor, clean: torch.Tensor | None = None) -> torch.Tensor:
+        """Each member's action, (members, n, act_dim); ``clean``: the inputs without the
+        training noise in ``obs`` (what an output relative to the observed velocity adds to)."""
         x = ((obs - self.obs_mean) / self.obs_std).clamp(-CLIP_NORMALISED, CLIP_NORMALISED) * self.obs_mask
-        return torch.stack([net(x) for net in self.nets])
+        out = torch.stack([net(x) for net in self.nets])
+        return output(self.features, (obs if clean is None else clean).detach().numpy(), out)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.forward_members(obs).mean(0)
@@ -143,7 +156,8 @@ class MLPPolicy(nn.Module):
 class NumpyPolicy:
     """The forward pass of :class:`MLPPolicy` in NumPy (fast per-decision inference, picklable).
     It keeps the first observation after :meth:`reset` (the episode's start, an input of
-    features with ``start_pose``): call ``reset`` at every episode's start."""
+    features with ``start_pose``) and the last one (Transport's velocity change): call
+    ``reset`` at every episode's start."""
 
     def __init__(self, params: dict, low=-1.0, high=1.0):
         # float32 like the torch module (the matrix products take 2/3 of float64's time: 5 members
@@ -151,10 +165,10 @@ class NumpyPolicy:
         self.p = {k: ([np.asarray(w, np.float32) for w in v] if k in ("W", "b") else
                       np.asarray(v, np.float32) if k in ("mean", "std", "mask") else v) for k, v in params.items()}
         self.low, self.high = low, high
-        self.start = self.start_part = None
+        self.start = self.start_part = self.prev = None
 
     def reset(self) -> None:
-        self.start = self.start_part = None
+        self.start = self.start_part = self.prev = None
 
     def __call__(self, obs) -> np.ndarray:
         p = self.p
@@ -162,7 +176,8 @@ class NumpyPolicy:
         if self.start is None:             # the episode's start: its features are computed once
             self.start = obs.copy()
             self.start_part = start_features(self.start, p.get("features"))
-        obs = featurize(obs, p.get("features"), self.start, start_part=self.start_part)
+        raw, prev, self.prev = obs, self.prev, obs.copy()
+        obs = featurize(raw, p.get("features"), self.start, start_part=self.start_part, prev=prev)
         x = np.clip((np.asarray(obs, np.float32) - p["mean"]) / p["std"], -CLIP_NORMALISED,
                     CLIP_NORMALISED) * p["mask"]
         x = x[None, None]                # (1, 1, in): broadcast over the members
@@ -171,7 +186,8 @@ class NumpyPolicy:
             x = x @ W + b                # (members, 1, in) @ (members, in, out) -> (members, 1, out)
             if i < n - 1:
                 np.maximum(x, 0.0, out=x)
-        return np.clip(x.mean(axis=(0, 1)), self.low, self.high).astype(np.float32)
+        out = output(p.get("features"), obs, x.mean(axis=(0, 1)))
+        return np.clip(out, self.low, self.high).astype(np.float32)
 
 
 class PolicyAgent(Agent):

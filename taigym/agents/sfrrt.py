@@ -21,9 +21,13 @@ import numpy as np
 
 from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, plan_path, sfrrt
 from ..sim.constants import CONTROL_DT
-from .base import Agent, planning
+from .base import Agent, check_ranges, planning
 
 TRACK_GAIN = 0.3          # fraction of the predicted position error corrected per step
+TRACKING = ("time", "path")
+# track="path": samples of the plan (0.05 s each) searched ahead of the last match for the
+# nearest; 10 = 0.5 s of the plan per control step, more than a carry can get ahead in one step
+PATH_WINDOW = 10
 # Transport-v0's constants (taigym.envs.transport; agents see envs only through the Gym API)
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
 ROOM = (1.2, 0.8)
@@ -85,8 +89,13 @@ class SFRRTAgent(Agent):
     families = ("transport",)
 
     def __init__(self, env, fixed_jerk=None, classifier="learned", classifier_path=None,
-                 path_planner: str = "sfrrt", **cfg):
-        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, path_planner=path_planner, **cfg)
+                 path_planner: str = "sfrrt", track: str = "time", track_gain: float = TRACK_GAIN, **cfg):
+        if track not in TRACKING:
+            raise ValueError(f"track must be one of {TRACKING}, got {track!r}")
+        check_ranges({"track_gain": track_gain}, {"track_gain": (0.0, 1.0, "(fraction of the error per step)")})
+        super().__init__(env, fixed_jerk=fixed_jerk, classifier=classifier, path_planner=path_planner, track=track,
+                         track_gain=track_gain, **cfg)
+        self.track, self.track_gain = track, float(track_gain)
         self.path_planner = path_planners(path_planner)[0]
         self.fixed_jerk = None if fixed_jerk is None else np.asarray(fixed_jerk, dtype=np.float64)
         self.classifier = spill_free_classifier(classifier, classifier_path, "planar")
@@ -127,11 +136,29 @@ class SFRRTAgent(Agent):
         return self.plan
 
     def act(self, obs, info) -> np.ndarray:
+        """The plan's velocity at the end of the next step plus ``track_gain`` of the predicted
+        error to the plan's pose then: the plan's sample one step after the current one, by
+        time (``track="time"``) or after the sample nearest the container (``track="path"``,
+        searched up to :data:`PATH_WINDOW` samples ahead of the last: from a state off the
+        plan, e.g. a learner's behind it, the label continues along the path from there instead
+        of hurrying to where the plan is by now)."""
         tr = self.plan.trajectory
-        k = min(self.k + 1, len(tr.t) - 1)
-        self.k += 1
         pose, vel = np.asarray(obs[0:3], np.float64), np.asarray(obs[3:6], np.float64)
-        v_ref = tr.vel[k] if self.k < len(tr.t) else np.zeros(3)
+        if self.track == "path":
+            self.k = self._nearest(pose)     # the sample matched (it stays put if the carry does)
+        k = min(self.k + 1, len(tr.t) - 1)
+        v_ref = tr.vel[k] if self.k + 1 < len(tr.t) else np.zeros(3)
+        if self.track == "time":
+            self.k += 1
         predicted = pose + 0.5 * (vel + v_ref) * CONTROL_DT
-        v = v_ref + TRACK_GAIN * (tr.pos[k] - predicted) / CONTROL_DT
+        v = v_ref + self.track_gain * (tr.pos[k] - predicted) / CONTROL_DT
         return np.clip(v / MAX_VELOCITY, -1.0, 1.0).astype(np.float32)
+
+    def _nearest(self, pose: np.ndarray) -> int:
+        """Index of the plan's sample nearest ``pose`` (m, tilt weighted by the planner's
+        ``tilt_weight``) among the last match and the :data:`PATH_WINDOW` samples after it."""
+        pos = self.plan.trajectory.pos
+        lo = min(self.k, len(pos) - 1)
+        d = pos[lo:lo + PATH_WINDOW + 1] - pose
+        d[:, 2] *= self.planner_cfg.tilt_weight
+        return lo + int(np.argmin(np.einsum("ij,ij->i", d, d)))

@@ -45,6 +45,11 @@ from .common import (agent_name, agent_options, build_agent, count, env_factory,
 log = logging.getLogger(__name__)
 
 
+def episode_settings(env_cfg: dict) -> dict:
+    """The env config without its learner defaults (``learner``)."""
+    return {k: v for k, v in env_cfg.items() if k != "learner"}
+
+
 def record(cfg: DictConfig | Mapping) -> dict:
     """Record the dataset ``cfg`` describes (module docstring); returns the summary."""
     plain = to_plain(cfg)
@@ -61,7 +66,9 @@ def record(cfg: DictConfig | Mapping) -> dict:
     root = datasets_root(plain.get("out"))
     staging = root / ".staging" / dataset_id.replace("/", "__")
     options = agent_options(agent_cfg, plain.get("planner"), env_cfg)
-    identity = json.loads(json.dumps({"env": env_cfg, "agent": name, "agent_options": options,
+    # what the episodes depend on: not the env's defaults for learners (env.learner), which a
+    # dataset serves but which do not change a recorded episode
+    identity = json.loads(json.dumps({"env": episode_settings(env_cfg), "agent": name, "agent_options": options,
                                       "split": plain["split"], "start": start, "seed": plain["seed"],
                                       "success_only": plain["success_only"]}, default=str))
     if plain["overwrite"]:
@@ -69,6 +76,7 @@ def record(cfg: DictConfig | Mapping) -> dict:
     ident_file = staging / "run.json"
     if ident_file.is_file():
         old = json.loads(ident_file.read_text())
+        old["env"] = episode_settings(old.get("env") or {})         # run.json files that stored them
         if old != identity:
             changed = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
             raise ValueError(f"{staging} holds episodes of another configuration ({', '.join(changed)} differ); "

@@ -126,22 +126,26 @@ def max_tilt_of(task: TransportTask) -> float:
     return task.container().max_tilt_angle(task.fill)
 
 
-def end_step(env, reward: float, d_prev: float) -> tuple:
-    """The step's return for both transport envs: ``reward`` (spill and collision terms) plus
-    progress, time and success terms; terminated on a collision or once delivered (at the
-    goal, still), truncated at the horizon or when the solver blew up."""
-    env.steps += 1
-    reward += (d_prev - env._distance()) / env.d0 - env.time_penalty
-    delivered = env._at_goal() and env._still()
-    success = delivered and env.spilled <= SPILL_LIMIT and not env.collided
-    if success:
-        reward += 1.0
-    terminated = bool(env.collided or delivered)
-    truncated = bool(not terminated and (env.unstable or env.steps >= env.max_steps))
-    return env._obs(), float(reward), terminated, truncated, env._info(success)
+class TransportBase(gym.Env):
+    """What both transport envs share: the end of a step. A subclass provides ``_distance``,
+    ``_at_goal``, ``_still``, ``_obs``, ``_info`` and the counters used here."""
+
+    def _end_step(self, reward: float, d_prev: float) -> tuple:
+        """The step's return: ``reward`` (spill and collision terms) plus progress, time and
+        success terms; terminated on a collision or once delivered (at the goal, still),
+        truncated at the horizon or when the solver blew up."""
+        self.steps += 1
+        reward += (d_prev - self._distance()) / self.d0 - self.time_penalty
+        delivered = self._at_goal() and self._still()
+        success = delivered and self.spilled <= SPILL_LIMIT and not self.collided
+        if success:
+            reward += 1.0
+        terminated = bool(self.collided or delivered)
+        truncated = bool(not terminated and (self.unstable or self.steps >= self.max_steps))
+        return self._obs(), float(reward), terminated, truncated, self._info(success)
 
 
-class TransportEnv(gym.Env):
+class TransportEnv(TransportBase):
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
                 "episode_metrics": EPISODE_METRICS}
 
@@ -229,7 +233,7 @@ class TransportEnv(gym.Env):
             self.pose, self.vel = nxt, v1
             self.spilled = self.carried.spilled
             reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
-        return end_step(self, reward, d_prev)
+        return self._end_step(reward, d_prev)
 
     # ------------------------------------------------------------------ features
     def _obs(self) -> np.ndarray:

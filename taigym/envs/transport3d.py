@@ -84,7 +84,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from scipy.spatial.transform import Rotation
@@ -93,7 +92,7 @@ from ..sim import pool
 from ..sim.constants import CONTROL_DT
 from .checks import check_action
 from .panda import CONTAINER_WALL, TO_SIM, joint_step
-from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, end_step
+from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, TransportBase
 from .transport3d_tasks import (JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 PandaCarrier, Transport3DTask, as_task, sample_feasible_task,
                                 transport3d_tasks)
@@ -119,7 +118,7 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
             np.array(hi + slot_hi * MAX_OBSTACLES, np.float32))
 
 
-class Transport3DEnv(gym.Env):
+class Transport3DEnv(TransportBase):
     metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT)), "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
@@ -212,7 +211,7 @@ class Transport3DEnv(gym.Env):
             self.position, self.R = self.arm.container_pose(q1)
             self.spilled = self.carried.spilled
             reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
-        return end_step(self, reward, d_prev)
+        return self._end_step(reward, d_prev)
 
     def _at_goal(self) -> bool:
         d = np.linalg.norm(np.asarray(self.task.goal) - self.position)

@@ -10,14 +10,35 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import time
 import warnings
 
 ARCHS = ("cpu", "gpu", "cuda", "vulkan")
+#: s: Taichi holds its disk cache's lock file for the seconds a load or a dump takes; one older
+#: than this was left by a killed process, and while it exists no process can use the cache
+#: (each warns ``ticache.lock failed`` and compiles every kernel again, minutes for a solver)
+STALE_LOCK_AGE = 600.0
 _active: str | None = None
 
 
 def _cuda_driver_present() -> bool:
     return os.path.exists("/dev/nvidia0") and ctypes.util.find_library("cuda") is not None
+
+
+def clear_stale_cache_lock(cache_dir: str, max_age: float = STALE_LOCK_AGE) -> bool:
+    """Remove ``cache_dir``'s ``ticache.lock`` if it is older than ``max_age`` seconds; return
+    whether it was removed (with a warning)."""
+    lock = os.path.join(cache_dir, "ticache.lock")
+    try:
+        age = time.time() - os.path.getmtime(lock)
+        if age <= max_age:
+            return False
+        os.remove(lock)
+    except FileNotFoundError:           # no lock, or another process removed it first
+        return False
+    warnings.warn(f"removed a stale Taichi cache lock ({lock}, {age / 60:.0f} min old) left by a killed "
+                  "process; without this every kernel would compile again", RuntimeWarning, stacklevel=2)
+    return True
 
 
 def init(arch: str = "cpu", *, optimize: bool = True) -> str:
@@ -41,17 +62,15 @@ def init(arch: str = "cpu", *, optimize: bool = True) -> str:
         return _active
     os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")  # offline runs can segfault at exit otherwise
     import taichi as ti
+    from taichi.lang import impl
 
+    clear_stale_cache_lock(os.environ.get("TI_OFFLINE_CACHE_FILE_PATH")
+                           or impl.default_cfg().offline_cache_file_path)
     # fast_math off: reassociated float sums would break bit-identical CPU results across
     # batch sizes (kernels are recompiled per field shape).
-    # Compile cost of each solver's one kernel, measured on the 2-core machine (2026-11-24;
-    # first compile, then cached on disk per grid shape by Taichi's offline cache):
-    #   2D pour scene: advanced IR optimisations 28 s, 0.85 GB, 10.9 ms a step; without Taichi's
-    #   CFG optimisation 8.6 s, 0.24 GB, 10.2 ms; with neither 5.9 s, 0.25 GB, 11.7 ms.
-    #   3D (20^3): advanced 6+ min and 6-10 GB; without the CFG pass 262 s, 0.4 GB, 27.8 ms a
-    #   step; with neither 21 s, 0.4 GB, 30.2 ms.
-    # So the CFG pass is never run, and the advanced optimisations only where they pay: the 2D
-    # solver asks for them, the 3D one not (8 % slower steps for a compile 12x shorter).
+    # Taichi's CFG pass costs minutes and GB of compile for no step speed, so it is never run;
+    # the other advanced IR optimisations pay for the 2D solver, not for the 3D one (a compile
+    # ~12x longer for steps ~8 % faster), so the first solver built asks (figures: docs/backend.md).
     # TAIGYM_FAST_COMPILE=1 turns them off, =0 on, whatever the first solver asks.
     fast = os.environ.get("TAIGYM_FAST_COMPILE")
     ti.init(arch=ti.cuda if wanted == "cuda" else ti.cpu, fast_math=False,

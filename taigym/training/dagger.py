@@ -130,6 +130,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     start_round, resumed_from = 0, None
     if state is not None:
         policy.load_state_dict(state["model"])
+        policy.features = state.get("features", policy.features)   # with Transport's action_scale
         history, best, counters = state["history"], state["best"], state["counters"]
         start_round = state["round"] + 1
         resumed_from = state["round"]
@@ -203,7 +204,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
             best = {"round": rnd, "score": list(_score(row)), "state": copy.deepcopy(policy.state_dict())}
         last = rnd == int(cfg["rounds"]) or budget_reached
         if (rnd + 1) % max(int(cfg["checkpoint_every"]), 1) == 0 or last:
-            torch_save_atomic({"agent": "dagger", "round": rnd, "model": policy.state_dict(), "history": history,
+            torch_save_atomic({"agent": "dagger", "round": rnd, "model": policy.state_dict(),
+                               "features": policy.features, "history": history,
                                "best": best, "counters": counters, "cfg": cfg}, ckpt)
         rnd += 1
 

@@ -63,6 +63,15 @@ def check_cfg(cfg: dict | None, defaults: dict, what: str) -> dict:
 
 
 
+def previous_rows(obs: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each row's previous row in its episode (``groups``: rows of an episode consecutive and in
+    order, as :func:`taigym.data.transitions` gives them), the row itself at an episode's start."""
+    g = np.asarray(groups)
+    idx = np.arange(len(g))
+    first = np.r_[True, g[1:] != g[:-1]] if len(g) else np.zeros(0, bool)
+    return np.asarray(obs)[np.where(first, idx, idx - 1)]
+
+
 def split_by_group(groups: np.ndarray, val_fraction: float, rng: np.random.Generator):
     """Indices (train, val): whole episodes (``groups``) go to validation, at least one when
     there are two or more; with a single episode, a random ``val_fraction`` of its steps."""
@@ -107,7 +116,7 @@ class Fit:
                  cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None,
                  split_seed: int | None = None):
         self.policy, self.cfg = policy, cfg
-        self.obs = policy.featurize(obs, start)
+        self.obs = policy.featurize(obs, start, previous_rows(obs, groups))
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
         if split_seed is None:
@@ -116,6 +125,9 @@ class Fit:
             self.train_idx, self.val_idx = stable_split_by_group(groups, cfg["val_fraction"], split_seed)
         if renormalise:
             policy.set_normalisation(self.obs[self.train_idx])
+            policy.set_action_scale(self.obs[self.train_idx], self.act[self.train_idx])
+        # the loss in units of the network's outputs (1 unless it predicts scaled velocity changes)
+        self.inv_scale = 1.0 / policy.action_scale()
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.epoch, self.bad_epochs, self.done, self.reason = 0, 0, False, ""
         self.best_val, self.best_state = math.inf, copy.deepcopy(policy.state_dict())
@@ -160,7 +172,7 @@ class Fit:
             return math.nan
         with torch.no_grad():
             pred = self.validated(torch.as_tensor(self.obs[idx]))
-            return float(((pred - torch.as_tensor(self.act[idx])) ** 2).mean())
+            return float((((pred - torch.as_tensor(self.act[idx])) * self.inv_scale) ** 2).mean())
 
     def run(self, *, stop_after: int | None = None,
             on_epoch: Callable[[dict], None] | None = None) -> bool:
@@ -183,11 +195,14 @@ class Fit:
                 for i in range(0, len(perm), bs):
                     idx = perm[i:i + bs]
                     x, y = torch.as_tensor(self.obs[idx]), torch.as_tensor(self.act[idx])
+                    clean = x
                     if noise > 0:            # in units of each input's std (the normalisation's)
                         x = x + noise * self.policy.obs_std * torch.randn(x.shape, generator=self.torch_gen)
                     # the members' MSEs summed: each member's gradient is the one it would get alone
-                    # (averaged, Adam's weight decay would weigh K times more against it)
-                    loss = ((self.policy.forward_members(x) - y) ** 2).mean(dim=(1, 2)).sum()
+                    # (averaged, Adam's weight decay would weigh K times more against it); noise on
+                    # the network's inputs only, not on the velocity an output is added to
+                    pred = self.policy.forward_members(x, clean=clean)
+                    loss = (((pred - y) * self.inv_scale) ** 2).mean(dim=(1, 2)).sum()
                     self.opt.zero_grad(set_to_none=True)
                     loss.backward()
                     self.opt.step()
