@@ -182,11 +182,14 @@ def summarise(R: dict) -> dict:
     if "walls" in R:
         r = R["walls"]
         dom, body = r["domain_floor"], r["body_floor"]
+        # water's front reaches the room's end wall (0.8 m) within the 0.5 s, where the splash
+        # decides its 99.9th percentile: the floors are compared on the viscous liquid, whose
+        # drag is what the check is about
         row("column released on a floor, 0.5 s", 2, "no-slip at every wall",
-            "0.5 Pa s spreads less than water; domain floor = body floor within 1 cm",
+            "0.5 Pa s spreads less than water; its front on the domain floor = on a body floor within 1 cm",
             f"front water {dom[0]:.3f} / {body[0]:.3f} m, 0.5 Pa s {dom[-1]:.3f} / {body[-1]:.3f} m "
             f"(domain / body floor)",
-            dom[-1] < dom[0] and max(abs(a - b) for a, b in zip(dom, body)) < 0.01)
+            dom[-1] < dom[0] and abs(dom[-1] - body[-1]) < 0.01)
 
     conv = {}
     if all(dam):

@@ -12,10 +12,6 @@ from taigym.sim import validation as V
 # water, a syrup and the most viscous liquid any env accepts
 VISCOSITIES = (1e-3, 0.1, MAX_VISCOSITY)
 DX = {2: 0.005, 3: 0.007}   # m: 3D at the 3D envs' cells (Pour3D-v0's default)
-# flip2d.sample clamps at the domain's edges (free slip in the particle transfer; flip3d.sample
-# no longer does): the 2D slot's wall columns move too fast. Strict: the fix shows up as a pass.
-SLIDES_2D = pytest.mark.xfail(strict=True, reason="2D particles slide along the domain's edges: "
-                                                  "slot profile 6.6 % of the peak at the walls")
 
 
 @pytest.mark.slow  # minutes: 2D 3 min, 3D longer, on a loaded machine
@@ -44,15 +40,13 @@ def test_pour_scene_keeps_its_area_within_1_percent_after_60_steps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dim, viscosity", [pytest.param(2, 1e-3, marks=SLIDES_2D),
-                                             pytest.param(2, MAX_VISCOSITY, marks=SLIDES_2D),
-                                             (3, 1e-3), (3, MAX_VISCOSITY)])
+@pytest.mark.parametrize("dim, viscosity", [(2, 1e-3), (2, MAX_VISCOSITY), (3, 1e-3), (3, MAX_VISCOSITY)])
 def test_gravity_driven_slot_flow_is_poiseuille(dim, viscosity):
     """Liquid falling between no-slip walls (2D: a slot, 3D: a square duct) settles to the
     closed-form profile: its mean speed and every cell's speed within 5 % of the peak. The
     domain's edges were free-slip: the slug fell freely; then the particles within half a cell
     of them moved at the first face's speed (3D at 0.5 Pa s: mean +6.4 %, the wall columns ~7 %
-    of the peak too fast)."""
+    of the peak too fast; 2D's slot 6.6 %)."""
     r = V.poiseuille(dim, viscosity)
     assert not r["unstable"]
     assert abs(r["mean_error"]) < 0.05, f"mean speed off by {r['mean_error']:.2%}"

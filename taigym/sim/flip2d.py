@@ -472,19 +472,31 @@ class Flip2D:
                     f[b, i, j] = 0.0
 
     @ti.func
-    def sample(self, b, f: ti.template(), x, ox, oy):
-        """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
+    def sample(self, b, f: ti.template(), x, ox, oy, noslip):
+        """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx).
+        Within half a cell of the domain's edge no sample lies beyond the point; with ``noslip``
+        the component tangential to the edge (the axis offset by 1/2) falls linearly to 0 at it
+        (a ghost sample mirroring the first, -f, as the viscosity solve's wall), else it holds
+        the first sample's value (free slip)."""
         ni, nj = f.shape[1], f.shape[2]
-        fx = ti.math.clamp(x[0] * self.inv_dx - ox, 0.0, ni - 1.0 - 1e-4)
-        fy = ti.math.clamp(x[1] * self.inv_dx - oy, 0.0, nj - 1.0 - 1e-4)
+        rx, ry = x[0] * self.inv_dx - ox, x[1] * self.inv_dx - oy
+        fx = ti.math.clamp(rx, 0.0, ni - 1.0 - 1e-4)
+        fy = ti.math.clamp(ry, 0.0, nj - 1.0 - 1e-4)
         i0, j0 = int(fx), int(fy)
         ax, ay = fx - i0, fy - j0
-        return ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
-                + (1 - ax) * ay * f[b, i0, j0 + 1] + ax * ay * f[b, i0 + 1, j0 + 1])
+        acc = ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
+               + (1 - ax) * ay * f[b, i0, j0 + 1] + ax * ay * f[b, i0 + 1, j0 + 1])
+        if noslip:
+            r, n = ry, nj            # u: tangential to the floor and the ceiling
+            if ox > 0.25:
+                r, n = rx, ni        # w: to the side walls
+            acc *= ti.min(1.0, 1.0 + 2.0 * ti.min(r, n - 1.0 - r))
+        return acc
 
     @ti.func
-    def grid_velocity(self, b, x):
-        return ti.Vector([self.sample(b, self.u, x, 0.0, 0.5), self.sample(b, self.w, x, 0.5, 0.0)])
+    def grid_velocity(self, b, x, noslip):
+        return ti.Vector([self.sample(b, self.u, x, 0.0, 0.5, noslip),
+                          self.sample(b, self.w, x, 0.5, 0.0, noslip)])
 
     @ti.func
     def node_cell(self, x):
@@ -1061,12 +1073,13 @@ class Flip2D:
         W, H = self.nx * self.dx, self.ny * self.dx
         rp = self.r_particle
         vmax = 0.0
+        noslip = self.viscous(b, dt)  # the domain's edges as the viscosity solve sees them
         self.clear_extent(b)
         for p in range(self.n[b]):  # FLIP/PIC velocity; the first leg's midpoint
             x = self.x[b, p]
-            v_pic = self.grid_velocity(b, x)
-            v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5),
-                               self.sample(b, self.w_old, x, 0.5, 0.0)])
+            v_pic = self.grid_velocity(b, x, noslip)
+            v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5, noslip),
+                               self.sample(b, self.w_old, x, 0.5, 0.0, noslip)])
             self.v[b, p] = self.flip_ratio * (self.v[b, p] + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
             # RK2 through the grid velocity in legs of at most ADVECTION_CFL cells, each followed
             # by a push out of solids, so that no particle can cross a wall two cells thick
@@ -1077,7 +1090,7 @@ class Flip2D:
             self.leg[b, p] = ti.Vector([mid[0], mid[1], h, legs])
         for p in range(self.n[b]):  # the first leg
             lg = self.leg[b, p]
-            self.x[b, p] = self.x[b, p] + lg[2] * self.grid_velocity(b, ti.Vector([lg[0], lg[1]]))
+            self.x[b, p] = self.x[b, p] + lg[2] * self.grid_velocity(b, ti.Vector([lg[0], lg[1]]), noslip)
         for p in range(self.n[b]):  # push-outs, further legs
             x = self.x[b, p]
             vel = self.v[b, p]
@@ -1086,8 +1099,8 @@ class Flip2D:
             legs = ti.cast(lg[3], ti.i32)
             for leg in range(legs):
                 if leg > 0:
-                    mid = x + 0.5 * h * self.grid_velocity(b, x)
-                    x = x + h * self.grid_velocity(b, mid)
+                    mid = x + 0.5 * h * self.grid_velocity(b, x, noslip)
+                    x = x + h * self.grid_velocity(b, mid, noslip)
                 i, j, ax, ay = self.node_cell(x)
                 near = ti.min(ti.min(self.phi[b, i, j], self.phi[b, i + 1, j]),
                               ti.min(self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1])) < clearance
