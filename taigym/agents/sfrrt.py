@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..envs.transport import MAX_VELOCITY  # the env's action scale (m/s, m/s, rad/s)
+from ..envs.transport_tasks import ROOM
 from ..planners.sfrrt import Plan, Problem, QuasiStaticClassifier, SFRRTConfig, plan_path, sfrrt
 from ..sim.constants import CONTROL_DT
 from .base import Agent, check_ranges, planning
@@ -28,9 +30,6 @@ TRACKING = ("time", "path")
 # track="path": samples of the plan (0.05 s each) searched ahead of the last match for the
 # nearest; 10 = 0.5 s of the plan per control step, more than a carry can get ahead in one step
 PATH_WINDOW = 10
-# Transport-v0's constants (taigym.envs.transport; agents see envs only through the Gym API)
-MAX_VELOCITY = np.array([0.8, 0.8, 2.0])   # the env's action scale (m/s, m/s, rad/s)
-ROOM = (1.2, 0.8)
 
 
 def check_planner_options(cfg: dict) -> dict:

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sfrrt import MAX_VELOCITY
+from .sfrrt import MAX_VELOCITY, ROOM
 
 # Transport-v0's observation entries (taigym.envs.transport): 0-2 pose (x, z, tilt), 3-5 velocity,
 # 6-8 goal, 9-11 goal minus pose, 13 top radius, 14 height, 19 + 5 k the obstacle slots (present,
 # x_c, z_c, width, height)
 POSE, VEL, GOAL, TO_GOAL, TOP_RADIUS, HEIGHT, SLOTS, SLOT_SIZE = 0, 3, 6, 9, 13, 14, 19, 5
-ROOM_WIDTH = 1.2                       # m, Transport-v0's room (taigym.envs.transport_tasks.ROOM)
+ROOM_WIDTH = ROOM[0]                   # m, Transport-v0's room
 PER_BOX = 6                            # present, near face, far face, top, underside, separation
 PER_ROW = 14         # pose, velocity, goal minus pose, velocity change (3 each), pose minus start (2)
 START_DIM = 4                          # the start pose in the frame of travel, then s
