@@ -74,7 +74,8 @@ def test_modes_sum_their_terms_and_dense_shaping_telescopes(actions, ends):
 
 @pytest.mark.parametrize("kwargs, name", [({"reward_mode": "shaped"}, "reward_mode"),
                                           ({"reward_mode": None}, "reward_mode"),
-                                          ({"shaping_gamma": 1.5}, "shaping_gamma")])
+                                          ({"shaping_gamma": 1.5}, "shaping_gamma"),
+                                          ({"collision_penalty": -1.0}, "collision_penalty")])
 def test_bad_reward_arguments_raise(kwargs, name):
     with pytest.raises(ValueError, match=name) as err:
         gym.make("taigym/Transport-v0", **kwargs)

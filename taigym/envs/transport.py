@@ -44,7 +44,7 @@ reset), and they sum to the reward.
 | ``"progress"`` (default), ``"dense"`` | progress | ``(d_prev - d) / d_0``, ``d`` the straight distance to the goal (m, plus 0.05 m per rad of tilt), ``d_0`` at the start |
 | ``"progress"``, ``"dense"`` | spill | ``-spill_penalty * 100 *`` (increase of the spilled fraction): default -1 per percent spilled |
 | ``"progress"``, ``"dense"`` | time | ``-time_penalty`` (default 0.01) |
-| ``"progress"``, ``"dense"`` | collision | -1 on the step that collides (it ends the episode) |
+| ``"progress"``, ``"dense"`` | collision | ``-collision_penalty`` (default 1) on the step that collides (it ends the episode) |
 | all | success | +1 on the step that ends the episode with ``success`` |
 | ``"dense"`` | route | ``shaping_gamma`` Phi_r(s') - Phi_r(s), Phi_r = -1 * r / r_0: ``r`` the length of the shortest collision-free route of the upright container from its position to the goal (``transport_tasks.route_distance``: Dijkstra on a 1 cm grid), ``r_0`` at the start |
 | ``"dense"`` | upright | ``shaping_gamma`` Phi_u(s') - Phi_u(s), Phi_u = -0.5 min(1, abs(tilt) / theta_max), ``theta_max`` the SFRRT* paper's maximum tilt at this fill (observation 16) |
@@ -76,9 +76,9 @@ the goal and still), ``path_time`` (s from the start to delivery; inf before), `
 ## Arguments
 
 ``gym.make("taigym/Transport-v0", task_split=None, fill=None, horizon=10.0, dx=0.0035,
-spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, reward_mode="progress", shaping_gamma=0.99,
-render_mode=None)``: ``reward_mode`` is "progress", "dense" or "sparse" (Rewards),
-``shaping_gamma`` in [0, 1]; tasks are sampled
+spill_penalty=1.0, time_penalty=0.01, collision_penalty=1.0, viscosity=1e-3, reward_mode="progress",
+shaping_gamma=0.99, render_mode=None)``: ``reward_mode`` is "progress", "dense" or "sparse"
+(Rewards), ``shaping_gamma`` in [0, 1], ``collision_penalty`` >= 0; tasks are sampled
 (``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
 liquid grid's spacing (m; one fixed grid for every container, compiled once per process). A
@@ -96,7 +96,7 @@ A closed env hands its liquid solver to the next env made with the same ``dx`` a
   viscosity, rest-density correction; see the validation page): the same task and actions
   give a different liquid, so results from before are not comparable.
 * v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
-  "sparse") and ``shaping_gamma``; info gains ``reward_<term>``; ``metadata["episode_metrics"]``
+  "sparse"), ``shaping_gamma`` and ``collision_penalty``; info gains ``reward_<term>``; ``metadata["episode_metrics"]``
   gains ``collided``.
 """
 
@@ -164,6 +164,7 @@ class TransportBase(gym.Env):
 
     reward_mode = "progress"
     shaping_gamma = 0.99
+    collision_penalty = 1.0
 
     def _potentials(self) -> dict[str, float]:
         raise NotImplementedError(f"{type(self).__name__} has no dense reward")
@@ -188,7 +189,7 @@ class TransportBase(gym.Env):
         else:
             terms = {"progress": (d_prev - self._distance()) / self.d0,
                      "spill": -self.spill_penalty * 100.0 * (self.spilled - spilled_prev),
-                     "time": -self.time_penalty, "collision": -float(self.collided),
+                     "time": -self.time_penalty, "collision": -self.collision_penalty * self.collided,
                      "success": float(success)}
         if self.reward_mode == "dense":      # Phi = 0 on the state that ends the episode
             phi = dict.fromkeys(self.phi, 0.0) if terminated or truncated else self._potentials()
@@ -207,12 +208,14 @@ class TransportEnv(TransportBase):
     def __init__(self, task_split: str | None = None, fill: float | None = None,
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
                  time_penalty: float = 0.01, viscosity: float = 1e-3,
-                 reward_mode: str = "progress", shaping_gamma: float = 0.99,
+                 reward_mode: str = "progress", shaping_gamma: float = 0.99, collision_penalty: float = 1.0,
                  render_mode: str | None = None, render_size: tuple[int, int] = (320, 480)):
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
         if not (isinstance(shaping_gamma, (int, float)) and 0 <= shaping_gamma <= 1):
             raise ValueError(f"shaping_gamma must be in [0, 1] (the learner's discount), got {shaping_gamma!r}")
+        if not (isinstance(collision_penalty, (int, float)) and 0 <= collision_penalty < math.inf):
+            raise ValueError(f"collision_penalty must be a finite number >= 0, got {collision_penalty!r}")
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if fill is not None and not (isinstance(fill, (int, float)) and 0 < fill <= 1):
@@ -231,6 +234,7 @@ class TransportEnv(TransportBase):
         self.dx, self.viscosity = float(dx), float(viscosity)
         self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
         self.reward_mode, self.shaping_gamma = reward_mode, float(shaping_gamma)
+        self.collision_penalty = float(collision_penalty)
         self.render_mode, self.render_size = render_mode, tuple(render_size)
         self.action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
         self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
