@@ -1,8 +1,9 @@
 """The results of PPO on Transport-v0, from train and evaluate run directories.
 
 Reads the training episodes' metrics that the train app's console logger writes every PPO
-update (``<run>/metrics.csv``: ``rollout/success``, ``reached``, ``spilled``, ``collided``,
-``ep_rew_mean``, ``ep_len_mean``; means over SB3's last 100 episodes) of each ``--runs
+update (``<run>/metrics.csv``: ``rollout/success``, ``reached``, ``spilled``, ``collided``: means
+over the episodes that ended in that update's 1024 steps; ``ep_rew_mean``, ``ep_len_mean``: SB3's
+means over the last 100 episodes) of each ``--runs
 label=dir``, and the evaluate app's ``metrics.json`` of each ``--evals label=dir``. Writes:
 
 * ``docs/results/rl_transport.csv``: a row per evaluation (success, spilled, reached, collided
@@ -34,7 +35,7 @@ CURVE = {"success": "rollout/success", "reached": "rollout/reached", "spilled": 
          "collided": "rollout/collided", "ep_return": "rollout/ep_rew_mean", "ep_len": "rollout/ep_len_mean"}
 CURVE_FIELDS = ("run", "steps", "seconds", *CURVE)
 EVAL_FIELDS = ("agent", "episodes", "success", "success_ci95", "spilled", "spilled_ci95", "reached",
-               "reached_ci95", "collided", "collided_ci95", "mean_steps", "wall_seconds")
+               "reached_ci95", "collided", "collided_ci95", "progress", "mean_steps", "wall_seconds")
 
 
 def _pairs(items: list[str]) -> dict[str, Path]:
@@ -54,17 +55,27 @@ def curve_rows(label: str, run: Path) -> list[dict]:
              **{k: round(float(r[v]), 4) for k, v in CURVE.items()}} for r in rows]
 
 
+def progress(episode: dict) -> float:
+    """The fraction of the straight distance to the goal an episode covered, (d_0 - d_end) / d_0,
+    from its return under Transport-v0's default reward (the evaluations': progress mode, spill
+    1 per percent, time 0.01 per step, collision 1, success 1)."""
+    return (episode["return_"] + 0.01 * episode["steps"] + float(episode["collided"])
+            + 100.0 * episode["spilled"] - float(episode["success"]))
+
+
 def eval_row(label: str, run: Path) -> dict:
-    agg = json.loads((run / "metrics.json").read_text())["aggregate"]
+    data = json.loads((run / "metrics.json").read_text())
+    agg = data["aggregate"]
 
     def ci(key):
         lo, hi = agg[f"{key}_ci95"]
         return f"[{lo:.2f}, {hi:.2f}]"
 
     return {"agent": label, "episodes": agg["episodes"], "success": agg["success_rate"], "success_ci95": ci("success"),
-            "spilled": round(agg["mean_spilled"], 3), "spilled_ci95": ci("mean_spilled"),
+            "spilled": round(agg["mean_spilled"], 4), "spilled_ci95": ci("mean_spilled"),
             "reached": agg["reached_rate"], "reached_ci95": ci("reached_rate"),
             "collided": agg["collided_rate"], "collided_ci95": ci("collided_rate"),
+            "progress": round(sum(map(progress, data["episodes"])) / len(data["episodes"]), 3),
             "mean_steps": agg["mean_steps"], "wall_seconds": round(agg["wall_seconds"])}
 
 
@@ -85,7 +96,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax in axes[1]:
         ax.set_xlabel("env steps (thousands)")
     axes[0, 0].legend(loc="best", fontsize=8)
-    fig.suptitle("PPO on Transport-v0: training episodes (mean of the last 100)")
+    fig.suptitle("PPO on Transport-v0: training episodes of each update (length: last 100)")
     fig.tight_layout()
     save_figure(fig, path)
 
@@ -100,9 +111,10 @@ def main() -> None:
     evals = [eval_row(label, run) for label, run in _pairs(args.evals).items()]
     write_csv(args.out / "results/rl_transport_curve.csv", curves, CURVE_FIELDS)
     write_atomic(args.out / "results/rl_transport_curve.md",
-                 "# PPO on Transport-v0: learning curves\n\nThe training episodes' success, reached, "
-                 "spilled, collided, return and length (SB3's means over the last 100 episodes) after "
-                 "each PPO update; written by `scripts/rl_transport_results.py`.\n")
+                 "# PPO on Transport-v0: learning curves\n\nAfter each PPO update (1024 env steps): the "
+                 "success, reached, spilled and collided of the training episodes that ended in it, and "
+                 "the return and length of the last 100 (SB3's); written by "
+                 "`scripts/rl_transport_results.py`.\n")
     write_csv(args.out / "results/rl_transport.csv", evals, EVAL_FIELDS)
     meta = {"title": "PPO on Transport-v0 from scratch (train split), evaluated on the first 20 eval tasks",
             "command": "nice python -m taigym.apps.train agent=ppo env=transport seed=0 eval_episodes=0; "
