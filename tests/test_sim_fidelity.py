@@ -11,9 +11,6 @@ from taigym.sim import validation as V
 
 # water, a syrup and the most viscous liquid any env accepts
 VISCOSITIES = (1e-3, 0.1, MAX_VISCOSITY)
-# 3D at the most viscous liquid misses the bound at 8 cells across the duct (docs/validation.md):
-# strict, so a fix that meets it shows up as an unexpected pass
-MISSES_3D = pytest.mark.xfail(strict=True, reason="3D at 0.5 Pa s: duct mean +5.5 %, shear decay +9.0 %")
 DX = {2: 0.005, 3: 0.007}   # m: 3D at the 3D envs' cells (Pour3D-v0's default)
 
 
@@ -43,12 +40,13 @@ def test_pour_scene_keeps_its_area_within_1_percent_after_60_steps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dim, viscosity", [(2, 1e-3), (2, MAX_VISCOSITY), (3, 1e-3),
-                                             pytest.param(3, MAX_VISCOSITY, marks=MISSES_3D)])
+@pytest.mark.parametrize("dim, viscosity", [(2, 1e-3), (2, MAX_VISCOSITY), (3, 1e-3), (3, MAX_VISCOSITY)])
 def test_gravity_driven_slot_flow_is_poiseuille(dim, viscosity):
     """Liquid falling between no-slip walls (2D: a slot, 3D: a square duct) settles to the
     closed-form profile: its mean speed and every cell's speed within 5 % of the peak. The
-    domain's edges were free-slip: the slug fell freely."""
+    domain's edges were free-slip: the slug fell freely; then the particles within half a cell
+    of them moved at the first face's speed (3D at 0.5 Pa s: mean +6.4 %, the wall columns ~7 %
+    of the peak too fast; 2D's slot 6.6 %)."""
     r = V.poiseuille(dim, viscosity)
     assert not r["unstable"]
     assert abs(r["mean_error"]) < 0.05, f"mean speed off by {r['mean_error']:.2%}"
@@ -56,11 +54,12 @@ def test_gravity_driven_slot_flow_is_poiseuille(dim, viscosity):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dim, viscosity", [(2, 1e-3), (2, MAX_VISCOSITY), (3, 1e-3),
-                                             pytest.param(3, MAX_VISCOSITY, marks=MISSES_3D)])
+@pytest.mark.parametrize("dim, viscosity", [(2, 1e-3), (2, MAX_VISCOSITY), (3, 1e-3), (3, MAX_VISCOSITY)])
 def test_standing_shear_wave_decays_at_the_viscous_rate(dim, viscosity):
-    """A sinusoidal shear between walls decays at nu k^2 (3D: 2 nu k^2) within 5 %."""
-    r = V.shear_decay(dim, viscosity)
+    """A sinusoidal shear between walls decays at nu k^2 (3D: 2 nu k^2) within 5 %, at
+    V.SHEAR_CELLS cells per wavelength (3D: 24; at 16 the FLIP/PIC blend's smoothing, twice
+    2D's with a second direction across the flow, made it decay 9-10 % too fast)."""
+    r = V.shear_decay(dim, viscosity, cells=V.SHEAR_CELLS[dim])
     assert not r["unstable"]
     assert abs(r["rate_error"]) < 0.05, f"decay rate off by {r['rate_error']:.2%}"
 

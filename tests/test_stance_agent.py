@@ -98,13 +98,15 @@ def test_a_shift_aims_inside_the_next_supports_equilibrium_region():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, index", [("step", 0), ("gap", 2), ("gap", 6), ("slope", 2), ("ladder", 1)])
+@pytest.mark.parametrize("family, index", [("step", 0), ("gap", 2), ("gap", 6), ("slope", 2), ("slope", 19),
+                                           ("ladder", 1)])
 def test_expert_climbs(family, index):
     """The expert reaches the goal of an eval scene without falling: a step with its rail, gaps
     crossed with a hand on the wall (with the arm's joints left out of the posture task as the
     hand swung, it never reached the wall and gap 2 fell; with the leg's as a foot stepped
     across, gap 6 fell), a 31 deg slope (steeper than a sole's friction cone, 28.8 deg: hands
-    carry the rest) and a ladder."""
+    carry the rest), a 28.5 deg slope (inside a sole's cone but not the 85 % of it the controller
+    uses: planned at the full cone, it stood on one sole there and fell) and a ladder."""
     env = gym.make("taigym/MultiContact-v1")
     task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == family][index]
     obs, info = env.reset(seed=index, options={"task": task})
@@ -240,40 +242,67 @@ def test_without_a_plan_the_expert_stands():
     env.close()
 
 
-def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
-    """The QP has no contact force on a shin: a shin 5 mm from the lowest rung, the CoM asked
-    to move towards the ladder, accelerates away from the rung (n^T J qdd >= KP (1 cm - d)) instead
-    of into it (as it does with the clearance rows left out)."""
+def _clearance_holds(monkeypatch, task, links, pose, lo, hi):
+    """Pose the robot (``pose(rob, x)``) at the x in [lo, hi] that puts the nearest of ``links``
+    5 mm from the scene, ask the QP for the CoM 5 cm ahead (+x): that link must accelerate away
+    from the scene (n^T J qdd >= KP (1 cm - d)), and towards it without the clearance rows.
+    Returns the closest point (pybullet's tuple) and the scene's body ids."""
     import pybullet as p
     from taigym.agents import stance as sa
-    task = MultiContactTask(family="ladder", start=0.45, size=1.2)
     env = gym.make("taigym/MultiContact-v1")
     env.reset(seed=0, options={"task": task})
     agent = StanceAgent(env)
     agent.model, agent._task = st.StanceModel(task), task
     rob, model = agent.model.robot, agent.model
-    shins = {rob.link_index[n] for n in ("right_shin", "left_shin")}
+    ids = {rob.link_index[n] for n in links}
 
-    def nearest(x):        # the shins' closest point to the scene, standing with the soles' midpoint at x
-        hum.place_standing(rob, x=x)
+    def nearest(x):        # the links' closest point to the scene, posed at x
+        pose(rob, x)
         return min((cp for b in model.scene_ids for cp in p.getClosestPoints(rob.body, b, 1.0, physicsClientId=model.client)
-                    if cp[3] in shins), key=lambda cp: cp[8])
-    lo, hi = 0.0, 1.0
-    for _ in range(40):            # bisect the stand's x until a shin is 5 mm from the scene
+                    if cp[3] in ids), key=lambda cp: cp[8])
+    for _ in range(40):            # bisect x until a link is 5 mm from the scene
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if nearest(mid)[8] > 0.005 else (lo, mid)
     cp = nearest(lo)
-    assert 0.004 < cp[8] < 0.006 and cp[1] != model.scene_ids[0]     # a rung, not the floor
+    assert 0.004 < cp[8] < 0.006
     base, quat, q = rob.get_state()[:3]
     com, Jc = rob.com_and_jacobian()
     feet = sorted(st.Contact(f, "floor", float(model.limb_ref(f)[0])) for f in hum.FEET)
     ref = dict(com=com + np.array([0.05, 0.0, 0.0]), q=q, quat=quat, support=feet, soft={})
     Jn = np.asarray(cp[7]) @ rob.jacobians(cp[3], np.asarray(cp[5])[None])[0][0]
-    bound = sa.KP_CLEAR * (sa.CLEAR_MIN - cp[8])
     qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
-    assert Jn @ qdd > 0.9 * bound
-    monkeypatch.setattr(sa, "CLEAR_NEAR", 0.0)      # no clearance rows: the knee goes towards the rung
+    assert Jn @ qdd > 0.9 * sa.KP_CLEAR * (sa.CLEAR_MIN - cp[8])
+    monkeypatch.setattr(sa, "CLEAR_NEAR", 0.0)      # no clearance rows: the link goes towards the scene
     qdd = agent._qp(ref, com, Jc, np.zeros(27), None, quat)
     assert Jn @ qdd < 0.0
     agent.model.close()
     env.close()
+    return cp, model.scene_ids
+
+
+def test_a_shin_near_a_rung_is_not_driven_into_it(monkeypatch):
+    """The QP has no contact force on a shin: a shin 5 mm from the lowest rung, the CoM asked
+    to move towards the ladder, accelerates away from the rung (n^T J qdd >= KP (1 cm - d)) instead
+    of into it (as it does with the clearance rows left out)."""
+    task = MultiContactTask(family="ladder", start=0.45, size=1.2)
+    cp, scene = _clearance_holds(monkeypatch, task, ("right_shin", "left_shin"),
+                                 lambda rob, x: hum.place_standing(rob, x=x), 0.0, 1.0)
+    assert cp[1] != scene[0]        # a rung, not the floor
+
+
+def test_the_torso_near_a_wall_is_not_driven_into_it(monkeypatch):
+    """The torso is pybullet's base (link -1), which the clearance rows once skipped: on eval
+    slope 14 the body stood up under the rail and touched it with the torso (a fall). The robot
+    leant 0.5 rad towards the gap's wall, its torso 5 mm from it, the CoM asked to move towards
+    the wall: the torso accelerates away from it."""
+    from scipy.spatial.transform import Rotation
+    lean = Rotation.from_euler("y", 0.5)
+
+    def leaning(rob, x):       # standing with the soles' midpoint at x, leant about it
+        hum.place_standing(rob, x=x)
+        base, quat, q = rob.get_state()[:3]
+        pivot = np.array([x, 0.0, 0.0])
+        rob.set_state(pivot + lean.apply(np.asarray(base) - pivot), (lean * Rotation.from_quat(quat)).as_quat(), q)
+    cp, _ = _clearance_holds(monkeypatch, MultiContactTask(family="gap", start=0.45, size=0.4), ("torso",), leaning,
+                             0.5, 0.6)
+    assert cp[3] == -1

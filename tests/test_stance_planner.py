@@ -257,3 +257,22 @@ def test_planner_climbs_a_steep_slope():
     plan = st.plan(task, time_limit=60.0)
     assert plan.solved
     assert all(st.check_step(task, s) == [] for s in plan.steps)
+
+
+def test_plans_stay_within_the_friction_cones_the_controller_uses():
+    """Eval slope 19 (28.5 deg, friction 0.55) is just inside a lone sole's friction cone (28.8
+    deg) but outside the MU_MARGIN (85 %) of it the executor's QP may use. Its plan stood on one
+    sole there at 99 % of the cone and the robot fell: the planner must find no equilibrium on that
+    sole alone, and one on the sole with the rail hand."""
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][19]
+    model = st.StanceModel(task)
+    try:
+        mu = model.surfaces["slope"].mu
+        assert st.MU_MARGIN * mu < np.tan(task.size) < mu
+        mass = model.robot.total_mass
+        sole = st.Contact("left_foot", "slope", 0.5)
+        over = model.target(sole)[0][:2]
+        assert st.com_target(model, (sole,), mass, over) is None
+        assert st.com_target(model, (sole, st.Contact("left_hand", "rail", 0.3)), mass, over) is not None
+    finally:
+        model.close()

@@ -46,6 +46,10 @@ FOOT_Y = 0.10           #: m, lateral offset of a sole centre on a plane or rung
 HAND_RUNG_Y = 0.20      #: m, lateral offset of a hand on a rung or a wall
 GRASP_DIR = {"rail": (0.0, 0.0, 1.0), "rung": (-0.6, 0.0, 0.8)}   # hand centre from the bar's axis
 COLLISION_TOL = 0.015   #: m of penetration tolerated (pybullet's contact margins)
+#: fraction of a surface's friction coefficient a contact force may use, in the plan's statics
+#: and in the executor's QP alike: a plan standing at the edge of a cone (a lone sole on a
+#: 28.5 deg slope of friction 0.55 used 99 % of it) is one the controller cannot hold
+MU_MARGIN = 0.85
 DEBUG = False
 
 SIDE = {"right_foot": -1.0, "left_foot": 1.0, "right_hand": -1.0, "left_hand": 1.0}
@@ -179,18 +183,20 @@ class StanceModel:
         return pt + HAND_RUNG_Y * lateral + hum.HAND_RADIUS * n, None
 
     def force_points(self, c: Contact) -> list[tuple[np.ndarray, str, np.ndarray, float]]:
-        """(world point, kind "cone" | "grasp", normal, mu) for the contact at its target."""
+        """(world point, kind "cone" | "grasp", normal, mu) for the contact at its target; mu is
+        the surface's friction coefficient times MU_MARGIN, the part of the cone forces may use."""
         s = self.surfaces[c.surface]
         n = np.asarray(s.normal, float)
+        mu = MU_MARGIN * s.mu
         pt, R = self.target(c)
         if c.limb in hum.FEET:
             if s.kind == "bar":   # the sole across a rung: a line contact, two points
-                return [(pt + R @ np.array([0, dy, 0]), "cone", n, s.mu) for dy in (-0.035, 0.035)]
+                return [(pt + R @ np.array([0, dy, 0]), "cone", n, mu) for dy in (-0.035, 0.035)]
             corners = np.asarray(hum.LIMB_POINTS[c.limb]) - self.sole_local[c.limb]
-            return [(pt + R @ np.array([cx, cy, 0.0]), "cone", n, s.mu) for cx, cy, _ in corners]
+            return [(pt + R @ np.array([cx, cy, 0.0]), "cone", n, mu) for cx, cy, _ in corners]
         if s.kind == "bar":
-            return [(pt, "grasp", n, s.mu)]
-        return [(pt, "cone", n, s.mu)]
+            return [(pt, "grasp", n, mu)]
+        return [(pt, "cone", n, mu)]
 
     def limb_ref(self, limb: str, kin: hum.Kinematics | None = None) -> np.ndarray:
         """Current world position of the limb's reference point (``kin``: the current

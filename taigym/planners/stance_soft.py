@@ -29,7 +29,7 @@ from taigym.sim import humanoid as hum
 from taigym.sim.constants import GRAVITY
 from taigym.sim.soft_support import top_nodes_under
 
-from .stance_model import Contact, StanceModel
+from .stance_model import MU_MARGIN, Contact, StanceModel
 from .stance_statics import force_columns, point_forces, solve_qp
 
 SOFT_ITERS = 12          # Newton steps at most
@@ -223,9 +223,9 @@ def soft_equilibrium(model: StanceModel, x, touching, support):
             Fc = F[k:k + size]
             fn = float(Fc.sum(axis=0) @ n)
             ft = float(np.linalg.norm(Fc.sum(axis=0) - fn * n))
-            if fn <= 0 or ft > s.mu * fn:
+            if fn <= 0 or ft > MU_MARGIN * s.mu * fn:
                 return "soft friction"
-            points += [(c.limb, P[k + i], Fc[i], "soft", n, s.mu) for i in range(size)]
+            points += [(c.limb, P[k + i], Fc[i], "soft", n, MU_MARGIN * s.mu) for i in range(size)]
             k += size
         sinks.update(g.sinks(kin))
     return (base, quat, q), points, tau, sinks

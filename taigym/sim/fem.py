@@ -287,22 +287,28 @@ class _UnitFactor:
 
 
 _FACTORS: dict[str, _UnitFactor] = {}
+#: part of the disk cache's key: changed whenever the columns' computation changes, so that no
+#: column computed another way (files written before the factors' canonical mesh) is read back
+FACTOR_VERSION = b"unit columns 2: canonical mesh, one node per solve"
 _MAX_FACTORS = 4
 
 
 def _unit_factor(mesh: BoxMesh, nu: float, fixed: np.ndarray, observed: np.ndarray) -> _UnitFactor:
     """The factor of a (mesh shape, nu, fixed and observed nodes), shared by the solids built on
     it (an env rebuilds its support's solid on every reset; the factorisation and the columns are
-    the expensive part)."""
+    the expensive part). It is built on the mesh moved to its first node at the origin, never on
+    the mesh of whichever solid asked first: K from absolute coordinates differs in its last bits
+    with the pad's place, and the columns shared by every later solid then depended on which task
+    a process ran first (an eval soft task's outcome changed with the episode order)."""
     rel = [np.round(np.asarray(v) - v[0], 9) for v in mesh.key()]
-    h = hashlib.sha1()
+    h = hashlib.sha1(FACTOR_VERSION)
     for a in (*rel, np.array([nu]), fixed, observed):
         h.update(np.ascontiguousarray(a).tobytes())
     key = h.hexdigest()[:20]
     if key not in _FACTORS:
         if len(_FACTORS) >= _MAX_FACTORS:
             _FACTORS.pop(next(iter(_FACTORS)))
-        _FACTORS[key] = _UnitFactor(mesh, nu, fixed, observed, key)
+        _FACTORS[key] = _UnitFactor(BoxMesh(*(tuple(v) for v in rel)), nu, fixed, observed, key)
     return _FACTORS[key]
 
 

@@ -62,6 +62,8 @@ PARALLEL_LANES = 4096      # see advance()
 UNNUMBERED = -2           # cell_id of a liquid cell before build_pressure_system numbers it
 # What a grid pass visits (Flip2D.rows): u-faces, v-faces, cells, nodes.
 U_FACES, V_FACES, CELLS, NODES = range(4)
+# What a pass of the viscosity solve does (Flip2D.viscous_sweep).
+CG_RESIDUAL, CG_FIRST_DIRECTION, CG_PRODUCT, CG_STEP, CG_DIRECTION = range(5)
 
 
 
@@ -273,14 +275,19 @@ class Flip2D:
         # fractions, or the particles in it would pile up out of the pressure solve's reach.
         for i in range(i0, i1 + 1):
             j_lo, j_hi = self.rows(b, U_FACES, i)
+            lo_l, hi_l = self.cell_rows(b, i - 1)  # active cells either side, read once
+            lo_r, hi_r = self.cell_rows(b, i)
             for j in range(j_lo, j_hi):
-                closed = self.solid_centred(b, i - 1, j) or self.solid_centred(b, i, j)
+                closed = (self.solid_centred_in_rows(b, i - 1, j, lo_l, hi_l)
+                          or self.solid_centred_in_rows(b, i, j, lo_r, hi_r))
                 self.wu[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i, j + 1])
                 self.us[b, i, j] = 0.5 * (self.vnode[b, i, j][0] + self.vnode[b, i, j + 1][0])
         for i in range(i0, i1):
             j_lo, j_hi = self.rows(b, V_FACES, i)
+            lo, hi = self.cell_rows(b, i)
             for j in range(j_lo, j_hi):
-                closed = self.solid_centred(b, i, j - 1) or self.solid_centred(b, i, j)
+                closed = (self.solid_centred_in_rows(b, i, j - 1, lo, hi)
+                          or self.solid_centred_in_rows(b, i, j, lo, hi))
                 self.wv[b, i, j] = 0.0 if closed else open_fraction(self.phi[b, i, j], self.phi[b, i + 1, j])
                 self.ws[b, i, j] = 0.5 * (self.vnode[b, i, j][1] + self.vnode[b, i + 1, j][1])
         return vs_max
@@ -312,8 +319,14 @@ class Flip2D:
     def solid_centred(self, b, i, j):
         """Cell (i, j) in the active box, holding no particle, with its centre inside a solid
         (mean of its nodes' SDF)."""
+        lo, hi = self.cell_rows(b, i)
+        return self.solid_centred_in_rows(b, i, j, lo, hi)
+
+    @ti.func
+    def solid_centred_in_rows(self, b, i, j, lo, hi):
+        """solid_centred(b, i, j) given column i's active rows [lo, hi) (cell_rows)."""
         res = False
-        if self.in_box(b, i, j) and self.count[b, i, j] == 0:
+        if lo <= j and j < hi and self.count[b, i, j] == 0:
             res = self.cell_phi(b, i, j) < 0.0
         return res
 
@@ -434,13 +447,17 @@ class Flip2D:
         for layer in ti.static(range(self.layers)):
             for i in range(i0, i1):
                 j_lo, j_hi = self.rows(b, kind, i)
+                lo_l, hi_l = self.rows(b, kind, i - 1)  # the neighbour columns' active rows,
+                lo_r, hi_r = self.rows(b, kind, i + 1)  # read once per column
                 for j in range(j_lo, j_hi):
                     if valid[b, i, j] == 0:
                         acc, cnt = 0.0, 0
                         for d in ti.static(range(4)):
                             ii = i + (d == 1) - (d == 0)
                             jj = j + (d == 3) - (d == 2)
-                            if self.active(b, kind, ii, jj):
+                            lo = (lo_l, lo_r, j_lo, j_lo)[d]
+                            hi = (hi_l, hi_r, j_hi, j_hi)[d]
+                            if lo <= jj and jj < hi:  # face (ii, jj) is active
                                 vv = valid[b, ii, jj]
                                 if vv >= 1 and vv <= layer + 1:
                                     acc += f[b, ii, jj]
@@ -455,19 +472,31 @@ class Flip2D:
                     f[b, i, j] = 0.0
 
     @ti.func
-    def sample(self, b, f: ti.template(), x, ox, oy):
-        """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
+    def sample(self, b, f: ti.template(), x, ox, oy, noslip):
+        """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx).
+        Within half a cell of the domain's edge no sample lies beyond the point; with ``noslip``
+        the component tangential to the edge (the axis offset by 1/2) falls linearly to 0 at it
+        (a ghost sample mirroring the first, -f, as the viscosity solve's wall), else it holds
+        the first sample's value (free slip)."""
         ni, nj = f.shape[1], f.shape[2]
-        fx = ti.math.clamp(x[0] * self.inv_dx - ox, 0.0, ni - 1.0 - 1e-4)
-        fy = ti.math.clamp(x[1] * self.inv_dx - oy, 0.0, nj - 1.0 - 1e-4)
+        rx, ry = x[0] * self.inv_dx - ox, x[1] * self.inv_dx - oy
+        fx = ti.math.clamp(rx, 0.0, ni - 1.0 - 1e-4)
+        fy = ti.math.clamp(ry, 0.0, nj - 1.0 - 1e-4)
         i0, j0 = int(fx), int(fy)
         ax, ay = fx - i0, fy - j0
-        return ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
-                + (1 - ax) * ay * f[b, i0, j0 + 1] + ax * ay * f[b, i0 + 1, j0 + 1])
+        acc = ((1 - ax) * (1 - ay) * f[b, i0, j0] + ax * (1 - ay) * f[b, i0 + 1, j0]
+               + (1 - ax) * ay * f[b, i0, j0 + 1] + ax * ay * f[b, i0 + 1, j0 + 1])
+        if noslip:
+            r, n = ry, nj            # u: tangential to the floor and the ceiling
+            if ox > 0.25:
+                r, n = rx, ni        # w: to the side walls
+            acc *= ti.min(1.0, 1.0 + 2.0 * ti.min(r, n - 1.0 - r))
+        return acc
 
     @ti.func
-    def grid_velocity(self, b, x):
-        return ti.Vector([self.sample(b, self.u, x, 0.0, 0.5), self.sample(b, self.w, x, 0.5, 0.0)])
+    def grid_velocity(self, b, x, noslip):
+        return ti.Vector([self.sample(b, self.u, x, 0.0, 0.5, noslip),
+                          self.sample(b, self.w, x, 0.5, 0.0, noslip)])
 
     @ti.func
     def node_cell(self, x):
@@ -547,6 +576,14 @@ class Flip2D:
         c = self.cell_id[b, ic, jc]
         if not self.in_box(b, i, j):
             c = -1
+        return c
+
+    @ti.func
+    def liquid_id_in_rows(self, b, i, j, lo, hi):
+        """liquid_id(b, i, j) given column i's active rows [lo, hi) (cell_rows)."""
+        c = -1
+        if lo <= j and j < hi:
+            c = self.cell_id[b, i, j]
         return c
 
     @ti.func
@@ -697,69 +734,57 @@ class Flip2D:
                                 r += c * u_wall / theta
                     rmax0 = ti.max(rmax0, ti.abs(r))
                 rhs[b, i, j] = r
-                cg[b, i, j] = ti.Vector([0.0, 0.0, 0.0, diag])
-        # CG from f: r = rhs - A f, p = r / d
-        rz = ti.cast(0.0, ti.f64)
-        for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, kind, i)
-            for j in range(j_lo, j_hi):
-                g = cg[b, i, j]
-                if g[3] > 0.0:
-                    g[1] = f[b, i, j]
-                    cg[b, i, j] = g
-        for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, kind, i)
-            for j in range(j_lo, j_hi):
-                g = cg[b, i, j]
-                if g[3] > 0.0:
-                    g[0] = rhs[b, i, j] - self.viscous_product(b, c, kind, cg, 1, i, j)
-                    g[2] = g[0] / g[3]  # q holds z = r / d until the first product
-                    cg[b, i, j] = g
-        for i in range(i0, i1):
-            j_lo, j_hi = self.rows(b, kind, i)
-            for j in range(j_lo, j_hi):
-                g = cg[b, i, j]
-                if g[3] > 0.0:
-                    rz += ti.cast(g[0] * g[2], ti.f64)
-                    g[1] = g[2]
-                    cg[b, i, j] = g
+                # CG from f: (r, p, q) start as (0, f, 0) on the unknowns
+                cg[b, i, j] = ti.Vector([0.0, f[b, i, j] if diag > 0.0 else 0.0, 0.0, diag])
+        self.viscous_sweep(b, c, f, rhs, cg, kind, CG_RESIDUAL, 0.0, 0.0)  # r = rhs - A f, q = r / d
+        rz, _ = self.viscous_sweep(b, c, f, rhs, cg, kind, CG_FIRST_DIRECTION, 0.0, 0.0)  # p = r / d
         tol = VISCOSITY_TOLERANCE * rmax0
         iters = 0
         while iters < VISCOSITY_MAX_ITERS and rz > 0.0:
             iters += 1
-            pq = ti.cast(0.0, ti.f64)
-            for i in range(i0, i1):
-                j_lo, j_hi = self.rows(b, kind, i)
-                for j in range(j_lo, j_hi):
-                    g = cg[b, i, j]
-                    if g[3] > 0.0:
-                        g[2] = self.viscous_product(b, c, kind, cg, 1, i, j)
-                        cg[b, i, j] = g
-                        pq += ti.cast(g[1] * g[2], ti.f64)
+            pq, _ = self.viscous_sweep(b, c, f, rhs, cg, kind, CG_PRODUCT, 0.0, 0.0)
             alpha = ti.cast(rz / pq, ti.f32) if pq != 0.0 else 0.0
-            rmax = 0.0
-            rz_new = ti.cast(0.0, ti.f64)
-            for i in range(i0, i1):
-                j_lo, j_hi = self.rows(b, kind, i)
-                for j in range(j_lo, j_hi):
-                    g = cg[b, i, j]
-                    if g[3] > 0.0:
-                        f[b, i, j] = f[b, i, j] + alpha * g[1]
-                        g[0] -= alpha * g[2]
-                        cg[b, i, j] = g
-                        rmax = ti.max(rmax, ti.abs(g[0]))
-                        rz_new += ti.cast(g[0] * g[0] / g[3], ti.f64)
+            rz_new, rmax = self.viscous_sweep(b, c, f, rhs, cg, kind, CG_STEP, alpha, 0.0)
             if rmax <= tol:
                 break
             beta = ti.cast(rz_new / rz, ti.f32)
             rz = rz_new
-            for i in range(i0, i1):
-                j_lo, j_hi = self.rows(b, kind, i)
-                for j in range(j_lo, j_hi):
-                    g = cg[b, i, j]
-                    if g[3] > 0.0:
+            self.viscous_sweep(b, c, f, rhs, cg, kind, CG_DIRECTION, 0.0, beta)
+
+    @ti.func
+    def viscous_sweep(self, b, c, f: ti.template(), rhs: ti.template(), cg: ti.template(),
+                      kind: ti.template(), op: ti.template(), alpha, beta):
+        """One pass of viscosity()'s Jacobi-PCG over its unknowns (the faces of ``cg`` with a
+        diagonal), each face's (r, p, q, d) in ``cg``; ``op`` is what the pass does:
+        CG_RESIDUAL r = rhs - A f and q = r / d; CG_FIRST_DIRECTION p = q, returns r.q;
+        CG_PRODUCT q = A p, returns p.q; CG_STEP f += alpha p, r -= alpha q, returns r.r / d
+        and max |r|; CG_DIRECTION p = r / d + beta p. Returns (the dot product in f64, max |r|)."""
+        i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
+        acc = ti.cast(0.0, ti.f64)
+        rmax = 0.0
+        for i in range(i0, i1):
+            j_lo, j_hi = self.rows(b, kind, i)
+            for j in range(j_lo, j_hi):
+                g = cg[b, i, j]
+                if g[3] > 0.0:
+                    if ti.static(op == CG_RESIDUAL):
+                        g[0] = rhs[b, i, j] - self.viscous_product(b, c, kind, cg, 1, i, j)
+                        g[2] = g[0] / g[3]
+                    elif ti.static(op == CG_FIRST_DIRECTION):
+                        acc += ti.cast(g[0] * g[2], ti.f64)
+                        g[1] = g[2]
+                    elif ti.static(op == CG_PRODUCT):
+                        g[2] = self.viscous_product(b, c, kind, cg, 1, i, j)
+                        acc += ti.cast(g[1] * g[2], ti.f64)
+                    elif ti.static(op == CG_STEP):
+                        f[b, i, j] = f[b, i, j] + alpha * g[1]
+                        g[0] -= alpha * g[2]
+                        rmax = ti.max(rmax, ti.abs(g[0]))
+                        acc += ti.cast(g[0] * g[0] / g[3], ti.f64)
+                    else:  # CG_DIRECTION
                         g[1] = g[0] / g[3] + beta * g[1]
-                        cg[b, i, j] = g
+                    cg[b, i, j] = g
+        return acc, rmax
 
     # ------------------------------------------------------------------ pressure
     @ti.func
@@ -809,15 +834,21 @@ class Flip2D:
             i, j = self.cells[b, c] // ny, self.cells[b, c] % ny
             wl, wr = self.wu[b, i, j], self.wu[b, i + 1, j]
             wd, wt = self.wv[b, i, j], self.wv[b, i, j + 1]
-            l, d = self.liquid_id(b, i - 1, j), self.liquid_id(b, i, j - 1)
-            self.nbr[b, c] = ti.Vector([l, self.liquid_id(b, i + 1, j), d, self.liquid_id(b, i, j + 1)])
+            lo, hi = self.cell_rows(b, i)
+            lo_l, hi_l = self.cell_rows(b, i - 1)
+            lo_r, hi_r = self.cell_rows(b, i + 1)
+            l, d = self.liquid_id_in_rows(b, i - 1, j, lo_l, hi_l), self.liquid_id_in_rows(b, i, j - 1, lo, hi)
+            self.nbr[b, c] = ti.Vector([l, self.liquid_id_in_rows(b, i + 1, j, lo_r, hi_r),
+                                        d, self.liquid_id_in_rows(b, i, j + 1, lo, hi)])
             self.r[b, c] = self.pressure_rhs(b, i, j)
             self.p[b, c] = 0.0
             # MIC(0) (Bridson's book): e = E^2; the left neighbour's upper weight is the v-face
             # above it, the lower neighbour's right weight the u-face right of it
             diag = wl + wr + wd + wt
             nb4 = self.nbr[b, c]
-            rc = self.fill_at(b, i, j)
+            rc = 0.0
+            if ti.min(ti.min(nb4[0], nb4[1]), ti.min(nb4[2], nb4[3])) < 0:  # beside air or solid
+                rc = self.fill_at(b, i, j)
             if nb4[0] < 0 and wl > 0.0:
                 diag += wl * (1.0 / surface_fraction(rc, self.fill_at(b, i - 1, j)) - 1.0)
             if nb4[1] < 0 and wr > 0.0:
@@ -985,13 +1016,16 @@ class Flip2D:
         i0, i1 = self.box[b][0], self.box[b][1] + (kind == U_FACES)
         for i in range(i0, i1):
             j_lo, j_hi = self.rows(b, kind, i)
+            lo_c, hi_c = self.cell_rows(b, i)  # active cells of the columns beside the faces
+            lo_p, hi_p = self.cell_rows(b, i - di)
             for j in range(j_lo, j_hi):
                 valid[b, i, j] = 0
                 if open_frac[b, i, j] == 0.0:
                     f[b, i, j] = solid_vel[b, i, j]
                     valid[b, i, j] = 1
                 else:
-                    c_lo, c_hi = self.liquid_id(b, i - di, j - dj), self.liquid_id(b, i, j)
+                    c_lo = self.liquid_id_in_rows(b, i - di, j - dj, lo_p, hi_p)
+                    c_hi = self.liquid_id_in_rows(b, i, j, lo_c, hi_c)
                     if c_lo >= 0 or c_hi >= 0:  # air has p = 0
                         p_lo = self.p[b, ti.max(c_lo, 0)] * (c_lo >= 0)
                         p_hi = self.p[b, ti.max(c_hi, 0)] * (c_hi >= 0)
@@ -1039,12 +1073,13 @@ class Flip2D:
         W, H = self.nx * self.dx, self.ny * self.dx
         rp = self.r_particle
         vmax = 0.0
+        noslip = self.viscous(b, dt)  # the domain's edges as the viscosity solve sees them
         self.clear_extent(b)
         for p in range(self.n[b]):  # FLIP/PIC velocity; the first leg's midpoint
             x = self.x[b, p]
-            v_pic = self.grid_velocity(b, x)
-            v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5),
-                               self.sample(b, self.w_old, x, 0.5, 0.0)])
+            v_pic = self.grid_velocity(b, x, noslip)
+            v_old = ti.Vector([self.sample(b, self.u_old, x, 0.0, 0.5, noslip),
+                               self.sample(b, self.w_old, x, 0.5, 0.0, noslip)])
             self.v[b, p] = self.flip_ratio * (self.v[b, p] + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
             # RK2 through the grid velocity in legs of at most ADVECTION_CFL cells, each followed
             # by a push out of solids, so that no particle can cross a wall two cells thick
@@ -1055,7 +1090,7 @@ class Flip2D:
             self.leg[b, p] = ti.Vector([mid[0], mid[1], h, legs])
         for p in range(self.n[b]):  # the first leg
             lg = self.leg[b, p]
-            self.x[b, p] = self.x[b, p] + lg[2] * self.grid_velocity(b, ti.Vector([lg[0], lg[1]]))
+            self.x[b, p] = self.x[b, p] + lg[2] * self.grid_velocity(b, ti.Vector([lg[0], lg[1]]), noslip)
         for p in range(self.n[b]):  # push-outs, further legs
             x = self.x[b, p]
             vel = self.v[b, p]
@@ -1064,8 +1099,8 @@ class Flip2D:
             legs = ti.cast(lg[3], ti.i32)
             for leg in range(legs):
                 if leg > 0:
-                    mid = x + 0.5 * h * self.grid_velocity(b, x)
-                    x = x + h * self.grid_velocity(b, mid)
+                    mid = x + 0.5 * h * self.grid_velocity(b, x, noslip)
+                    x = x + h * self.grid_velocity(b, mid, noslip)
                 i, j, ax, ay = self.node_cell(x)
                 near = ti.min(ti.min(self.phi[b, i, j], self.phi[b, i + 1, j]),
                               ti.min(self.phi[b, i, j + 1], self.phi[b, i + 1, j + 1])) < clearance
@@ -1278,26 +1313,28 @@ class Flip2D:
                        + self.phi[b, i + 1, j + 1])
 
     @ti.func
-    def wet(self, b, i, j):
-        """Cell (i, j) holds particles or is cut by a solid (its centre less than half a cell
-        from one; outside the domain counts as solid); inactive cells are not wet."""
-        res = True
-        if 0 <= i < self.nx and 0 <= j < self.ny:
-            res = self.in_box(b, i, j) and (self.count[b, i, j] > 0
-                                            or self.cell_phi(b, i, j) < 0.5 * self.dx)
-        return res
-
-    @ti.func
     def surrounded(self, b, i, j):
         """Cell (i, j) and its eight neighbours are wet and one of them holds particles: a cell
         inside the liquid (or in the solid beside it), whose number density is known from the
-        geometry alone (rest_density)."""
+        geometry alone (rest_density). A cell is wet if it holds particles or a solid cuts it
+        (its centre less than half a cell from one); outside the domain counts as solid,
+        inactive cells are not wet."""
         res, liquid = True, False
-        for di, dj in ti.static(ti.ndrange((-1, 2), (-1, 2))):
-            if not self.wet(b, i + di, j + dj):
-                res = False
-            if self.count_at(b, i + di, j + dj) > 0:
-                liquid = True
+        # each column's active rows read once (look-ups per cell were most of the pressure
+        # right-hand side's cost)
+        for di in ti.static(range(-1, 2)):
+            ii = i + di
+            lo, hi = self.cell_rows(b, ii)
+            for dj in ti.static(range(-1, 2)):
+                jj = j + dj
+                if 0 <= ii < self.nx and 0 <= jj < self.ny:  # outside the domain: wet, empty
+                    if lo <= jj and jj < hi:
+                        if self.count[b, ii, jj] > 0:
+                            liquid = True
+                        elif self.cell_phi(b, ii, jj) >= 0.5 * self.dx:
+                            res = False
+                    else:
+                        res = False
         return res and liquid
 
     @ti.func

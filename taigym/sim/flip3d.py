@@ -367,27 +367,38 @@ class Flip3D:
                     f[b, i, j, l] = 0.0
 
     @ti.func
-    def sample(self, b, f: ti.template(), a: ti.template(), x):
-        """Trilinear sample of face component a (faces at (I + 1/2 - e_a / 2) dx)."""
+    def sample(self, b, f: ti.template(), a: ti.template(), x, noslip):
+        """Trilinear sample of face component a (faces at (I + 1/2 - e_a / 2) dx). Within half
+        a cell of the domain's edge no face lies beyond the point; with ``noslip`` the
+        component tangential to the edge falls linearly to 0 at it (a ghost face mirroring the
+        first, -f, as the viscosity solve's wall), else it holds the first face's value
+        (free slip)."""
         shp = ti.Vector([self.nx + (a == 0), self.ny + (a == 1), self.nz + (a == 2)])
-        g = ti.math.clamp(x / self.dx - 0.5 + 0.5 * unit(a), 0.0, shp - 1.0 - 1e-4)
+        raw = x / self.dx - 0.5 + 0.5 * unit(a)
+        g = ti.math.clamp(raw, 0.0, shp - 1.0 - 1e-4)
         base = ti.cast(g, ti.i32)
         fr = g - base
         acc = 0.0
         for d in ti.static(ti.grouped(ti.ndrange(2, 2, 2))):
             wv = (1 - d) + (2 * d - 1) * fr
             acc += wv[0] * wv[1] * wv[2] * f[b, base[0] + d[0], base[1] + d[1], base[2] + d[2]]
+        if noslip:
+            for c in ti.static(range(3)):
+                if ti.static(c != a):
+                    acc *= ti.min(1.0, 1.0 + 2.0 * ti.min(raw[c], shp[c] - 1.0 - raw[c]))
         return acc
 
     @ti.func
-    def grid_velocity(self, b, x):
-        return ti.Vector([self.sample(b, self.vel[0], 0, x), self.sample(b, self.vel[1], 1, x),
-                          self.sample(b, self.vel[2], 2, x)])
+    def grid_velocity(self, b, x, noslip):
+        return ti.Vector([self.sample(b, self.vel[0], 0, x, noslip),
+                          self.sample(b, self.vel[1], 1, x, noslip),
+                          self.sample(b, self.vel[2], 2, x, noslip)])
 
     @ti.func
-    def old_velocity(self, b, x):
-        return ti.Vector([self.sample(b, self.old[0], 0, x), self.sample(b, self.old[1], 1, x),
-                          self.sample(b, self.old[2], 2, x)])
+    def old_velocity(self, b, x, noslip):
+        return ti.Vector([self.sample(b, self.old[0], 0, x, noslip),
+                          self.sample(b, self.old[1], 1, x, noslip),
+                          self.sample(b, self.old[2], 2, x, noslip)])
 
     @ti.func
     def solid_at(self, b, x):
@@ -512,7 +523,7 @@ class Flip3D:
                             # Coriolis reads the pre-force copies: independent of the visiting order
                             X = (ti.Vector([i, j, l]) + 0.5 - 0.5 * unit(a)) * self.dx
                             r = X - o
-                            v = self.old_velocity(b, X)
+                            v = self.old_velocity(b, X, False)  # X on a face: no edge term
                             f = (gl - al.cross(r) - om.cross(om.cross(r)) - 2.0 * om.cross(v))[a]
                         self.vel[a][b, i, j, l] = self.vel[a][b, i, j, l] + f * dt
 
@@ -864,18 +875,20 @@ class Flip3D:
     def grid_to_particles(self, b, dt):
         L = ti.Vector([self.nx, self.ny, self.nz]) * self.dx
         rp = self.r_particle
+        # the domain's edges are no-slip where the viscosity solve made them so
+        noslip = self.viscous(b, dt)
         for p in range(self.n[b]):
             x = self.x[b, p]
-            v_pic = self.grid_velocity(b, x)
-            v_old = self.old_velocity(b, x)
+            v_pic = self.grid_velocity(b, x, noslip)
+            v_old = self.old_velocity(b, x, noslip)
             vel = self.flip_ratio * (self.v[b, p] + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
             # RK2 in legs of at most ADVECTION_CFL cells, each followed by a push out of solids
             # sampled where the solid point now over x was at the substep's start (flip2d)
             legs = ti.max(1, int(ti.ceil(v_pic.norm() * dt / (ADVECTION_CFL * self.dx))))
             h = dt / legs
             for leg in range(legs):
-                mid = x + 0.5 * h * self.grid_velocity(b, x)
-                x = x + h * self.grid_velocity(b, mid)
+                mid = x + 0.5 * h * self.grid_velocity(b, x, noslip)
+                x = x + h * self.grid_velocity(b, mid, noslip)
                 x, vel = push_out_of_solids(self, b, x, vel, (leg + 1) * h, rp)
             self.x[b, p] = ti.math.clamp(x, rp, L - rp)
             self.v[b, p] = vel

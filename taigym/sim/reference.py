@@ -117,15 +117,21 @@ def extrapolate(f: np.ndarray, valid: np.ndarray, layers: int) -> None:
     f[valid == 0] = 0.0
 
 
-def sample(f: np.ndarray, x: np.ndarray, dx: float, ox: float, oy: float) -> np.ndarray:
-    """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx)."""
+def sample(f: np.ndarray, x: np.ndarray, dx: float, ox: float, oy: float, noslip: bool = False) -> np.ndarray:
+    """Bilinear sample of a staggered field whose sample (i, j) sits at ((i+ox) dx, (j+oy) dx);
+    with ``noslip``, falling linearly to 0 at the domain's edges it is tangential to (as the kernel)."""
     ni, nj = f.shape
-    fx = np.clip(x[:, 0] / dx - ox, 0.0, ni - 1.0 - 1e-4)
-    fy = np.clip(x[:, 1] / dx - oy, 0.0, nj - 1.0 - 1e-4)
+    rx, ry = x[:, 0] / dx - ox, x[:, 1] / dx - oy
+    fx = np.clip(rx, 0.0, ni - 1.0 - 1e-4)
+    fy = np.clip(ry, 0.0, nj - 1.0 - 1e-4)
     i0, j0 = fx.astype(np.int64), fy.astype(np.int64)
     ax, ay = fx - i0, fy - j0
-    return ((1 - ax) * (1 - ay) * f[i0, j0] + ax * (1 - ay) * f[i0 + 1, j0]
-            + (1 - ax) * ay * f[i0, j0 + 1] + ax * ay * f[i0 + 1, j0 + 1])
+    acc = ((1 - ax) * (1 - ay) * f[i0, j0] + ax * (1 - ay) * f[i0 + 1, j0]
+           + (1 - ax) * ay * f[i0, j0 + 1] + ax * ay * f[i0 + 1, j0 + 1])
+    if noslip:
+        r, n = (rx, ni) if ox > 0.25 else (ry, nj)
+        acc = acc * np.minimum(1.0, 1.0 + 2.0 * np.minimum(r, n - 1.0 - r))
+    return acc
 
 
 class NumpyFlip2D:
@@ -414,15 +420,18 @@ class NumpyFlip2D:
               + (1 - ax) * ay * vn[i, j + 1] + ax * ay * vn[i + 1, j + 1])
         return ph, grad, vs
 
-    def grid_velocity(self, x: np.ndarray) -> np.ndarray:
-        return np.stack([sample(self.u, x, self.dx, 0.0, 0.5), sample(self.w, x, self.dx, 0.5, 0.0)], -1)
+    def grid_velocity(self, x: np.ndarray, noslip: bool = False) -> np.ndarray:
+        return np.stack([sample(self.u, x, self.dx, 0.0, 0.5, noslip),
+                         sample(self.w, x, self.dx, 0.5, 0.0, noslip)], -1)
 
     def grid_to_particles(self, dt: float) -> None:
         dx, rp = self.dx, self.r_particle
         W, H = self.nx * dx, self.ny * dx
         x = self.x
-        v_pic = self.grid_velocity(x)
-        v_old = np.stack([sample(self.u_old, x, dx, 0.0, 0.5), sample(self.w_old, x, dx, 0.5, 0.0)], -1)
+        noslip = self.nu * dt > VISCOSITY_SKIP * dx * dx     # as the kernel: the viscosity solve's edges
+        v_pic = self.grid_velocity(x, noslip)
+        v_old = np.stack([sample(self.u_old, x, dx, 0.0, 0.5, noslip),
+                          sample(self.w_old, x, dx, 0.5, 0.0, noslip)], -1)
         vel = self.flip_ratio * (self.v + v_pic - v_old) + (1.0 - self.flip_ratio) * v_pic
         # as the kernel: RK2 legs of at most ADVECTION_CFL cells, each with a push out of solids
         legs = np.maximum(1, np.ceil(np.linalg.norm(v_pic, axis=1) * dt / (ADVECTION_CFL * dx))).astype(np.int64)
@@ -430,8 +439,8 @@ class NumpyFlip2D:
         for leg in range(int(legs.max(initial=0))):
             on = legs > leg
             xo, ho = x[on], h[on][:, None]
-            mid = xo + 0.5 * ho * self.grid_velocity(xo)
-            xo = xo + ho * self.grid_velocity(mid)
+            mid = xo + 0.5 * ho * self.grid_velocity(xo, noslip)
+            xo = xo + ho * self.grid_velocity(mid, noslip)
             _, _, vs = self.solid_at(xo)
             phi, grad, _ = self.solid_at(xo - (leg + 1) * ho * vs)
             hit = phi < rp
