@@ -100,8 +100,9 @@ def test_agent_expert_is_the_envs_own_and_learners_take_the_envs_defaults(env):
         assert common.expert_spec(c["agent"], c["planner"], c["env"])[0] == EXPERTS[family]
         if family == "pour":
             assert c["agent"]["features"] == "auto" and 3 in c["agent"]["ignore_obs"]
-        else:
-            assert c["agent"]["features"] == "none" and c["agent"]["ignore_obs"] == []
+        else:   # Transport-v0's own features (transport_features); none of Pour-v0's
+            assert c["agent"]["features"] == ("obstacles" if env == "transport" else "none")
+            assert c["agent"]["ignore_obs"] == []
 
 
 def to_container(cfg) -> dict:
