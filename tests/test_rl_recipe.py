@@ -42,6 +42,24 @@ def test_recipe_applies_to_its_agent_and_env_only_and_the_command_line_wins():
     assert other.agent.n_envs == 8 and other.agent.vec_env == "auto" and other.eval_episodes == 20
 
 
+@pytest.mark.parametrize("agent", ["ppo", "sac"])
+def test_transport_recipes_compose_to_valid_options_and_env_arguments(agent):
+    """recipe/<agent>_transport.yaml: accepted by the agent's option check, and its training
+    env arguments are Transport-v0's (the dense reward with the learner's discount)."""
+    from omegaconf import OmegaConf
+
+    from taigym.agents.ppo import PPOAgent
+    from taigym.agents.sac import SACAgent
+    from taigym.agents.sb3 import check_cfg
+
+    cls = {"ppo": PPOAgent, "sac": SACAgent}[agent]
+    cfg = OmegaConf.to_container(compose("train", [f"agent={agent}", "env=transport"]).agent, resolve=True)
+    hp = check_cfg({k: v for k, v in cfg.items() if k != "name"}, cls.DEFAULTS, agent)
+    kw = hp["train_env_kwargs"]
+    assert kw["reward_mode"] == "dense" and kw["shaping_gamma"] == hp["gamma"]
+    gym.make("taigym/Transport-v0", **kw).close()          # the env accepts every argument
+
+
 # ---------------------------------------------------------------------- the curriculum
 def test_over_target_moves_only_the_tasks_the_env_draws():
     """Training resets start with S's lip over T (over_target=1); an evaluation's given task is

@@ -36,9 +36,26 @@ A float32 vector of 49 entries:
 
 ## Rewards
 
-Per step: progress ``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m
-per rad of tilt), ``-spill_penalty * (increase of the spilled fraction) * 100`` (default 1 per
-percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`` on success.
+``reward_mode`` chooses the reward; ``info["reward_<term>"]`` holds each term of the mode (0 at
+reset), and they sum to the reward.
+
+| mode | term | value |
+|------|------|-------|
+| ``"progress"`` (default), ``"dense"`` | progress | ``(d_prev - d) / d_0``, ``d`` the straight distance to the goal (m, plus 0.05 m per rad of tilt), ``d_0`` at the start |
+| ``"progress"``, ``"dense"`` | spill | ``-spill_penalty * 100 *`` (increase of the spilled fraction): default -1 per percent spilled |
+| ``"progress"``, ``"dense"`` | time | ``-time_penalty`` (default 0.01) |
+| ``"progress"``, ``"dense"`` | collision | ``-collision_penalty`` (default 1) on the step that collides (it ends the episode) |
+| all | success | +1 on the step that ends the episode with ``success`` |
+| ``"dense"`` | route | ``shaping_gamma`` Phi_r(s') - Phi_r(s), Phi_r = -1 * r / r_0: ``r`` the length of the shortest collision-free route of the upright container from its position to the goal (``transport_tasks.route_distance``: Dijkstra on a 1 cm grid), ``r_0`` at the start |
+| ``"dense"`` | upright | ``shaping_gamma`` Phi_u(s') - Phi_u(s), Phi_u = -0.5 min(1, abs(tilt) / theta_max), ``theta_max`` the SFRRT* paper's maximum tilt at this fill (observation 16) |
+
+``"dense"`` adds potential-based shaping (Ng, Harada & Russell 1999) to ``"progress"``: the
+route potential leads around the boxes and through the gaps, where the straight distance of
+``progress`` leads into them; the upright potential charges for tilt, the spill risk. Phi is 0
+on the step that ends an episode (termination or truncation: the time is in the observation),
+so the shaping adds -Phi(s_0) = 1 to the ``shaping_gamma``-discounted return whatever the agent
+does: for a learner with that discount (default 0.99) the optimal policies of ``"dense"`` and
+``"progress"`` are the same. ``"sparse"`` rewards success only.
 
 ## Episode end
 
@@ -53,12 +70,15 @@ percent spilled), ``-time_penalty`` (default 0.01), ``-1`` on a collision, ``+1`
 ``spilled``, ``in_source`` (fraction still in the container), ``in_target`` (= in_source once
 delivered at the goal, else 0), ``in_flight`` (0: spill is final), ``reached`` (delivered: at
 the goal and still), ``path_time`` (s from the start to delivery; inf before), ``success``, ``collided``,
-``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m).
+``sim_unstable``, ``time`` (s), ``pose``, ``velocity``, ``distance`` (to the goal, m),
+``reward_<term>`` for each term of the reward mode (Rewards).
 
 ## Arguments
 
 ``gym.make("taigym/Transport-v0", task_split=None, fill=None, horizon=10.0, dx=0.0035,
-spill_penalty=1.0, time_penalty=0.01, viscosity=1e-3, render_mode=None)``: tasks are sampled
+spill_penalty=1.0, time_penalty=0.01, collision_penalty=1.0, viscosity=1e-3, reward_mode="progress",
+shaping_gamma=0.99, render_mode=None)``: ``reward_mode`` is "progress", "dense" or "sparse"
+(Rewards), ``shaping_gamma`` in [0, 1], ``collision_penalty`` >= 0; tasks are sampled
 (``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
 liquid grid's spacing (m; one fixed grid for every container, compiled once per process). A
@@ -75,6 +95,9 @@ A closed env hands its liquid solver to the next env made with the same ``dx`` a
 * v0 (2026-11-28): the liquid solver changed (ghost-fluid free surface, implicit no-slip
   viscosity, rest-density correction; see the validation page): the same task and actions
   give a different liquid, so results from before are not comparable.
+* v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
+  "sparse"), ``shaping_gamma`` and ``collision_penalty``; info gains ``reward_<term>``; ``metadata["episode_metrics"]``
+  gains ``collided``.
 """
 
 from __future__ import annotations
@@ -94,7 +117,7 @@ from ..sim.geometry import rotate
 from . import render as _render
 from .checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
-                              sample_task, transport_tasks)
+                              route_distance, sample_task, transport_tasks)
 
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
 GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
@@ -102,6 +125,13 @@ STILL = (0.05, 0.2)                               # m/s, rad/s
 SPILL_LIMIT = 1e-3                                # success: at most 0.1 % spilled
 TILT_WEIGHT = 0.05                                # m per rad in the goal distance
 OBS_SIZE = 19 + 5 * MAX_OBSTACLES
+REWARD_MODES = ("progress", "dense", "sparse")
+#: the terms of each mode, summed into the reward; ``info["reward_<term>"]`` holds each
+REWARD_TERMS = {"progress": ("progress", "spill", "time", "collision", "success"),
+                "dense": ("progress", "spill", "time", "collision", "success", "route", "upright"),
+                "sparse": ("success",)}
+ROUTE_WEIGHT = 1.0      # the whole route to the goal is worth as much as the success
+UPRIGHT_WEIGHT = 0.5    # tilted to the SFRRT* paper's maximum tilt (or more) costs half of that
 
 
 def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
@@ -117,7 +147,8 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 #: what an episode is judged by (evaluation, benchmarks): info key -> kind (taigym.agents.metrics)
-EPISODE_METRICS = {"success": "rate", "spilled": "fraction", "reached": "rate", "path_time": "mean"}
+EPISODE_METRICS = {"success": "rate", "spilled": "fraction", "reached": "rate", "collided": "rate",
+                   "path_time": "mean"}
 
 
 def max_tilt_of(task: TransportTask) -> float:
@@ -127,22 +158,47 @@ def max_tilt_of(task: TransportTask) -> float:
 
 
 class TransportBase(gym.Env):
-    """What both transport envs share: the end of a step. A subclass provides ``_distance``,
-    ``_at_goal``, ``_still``, ``_obs``, ``_info`` and the counters used here."""
+    """What both transport envs share: the reward and the end of a step. A subclass provides
+    ``_distance``, ``_at_goal``, ``_still``, ``_obs``, ``_info``, the counters used here and, for
+    ``reward_mode="dense"``, ``_potentials``."""
 
-    def _end_step(self, reward: float, d_prev: float) -> tuple:
-        """The step's return: ``reward`` (spill and collision terms) plus progress, time and
-        success terms; terminated on a collision or once delivered (at the goal, still),
-        truncated at the horizon or when the solver blew up."""
+    reward_mode = "progress"
+    shaping_gamma = 0.99
+    collision_penalty = 1.0
+
+    def _potentials(self) -> dict[str, float]:
+        raise NotImplementedError(f"{type(self).__name__} has no dense reward")
+
+    def _start_reward(self) -> dict[str, float]:
+        """At reset: the shaping potentials of the first state; the reset's ``info["reward_<term>"]``
+        (zeros)."""
+        self.phi = self._potentials() if self.reward_mode == "dense" else {}
+        return {"reward_" + k: 0.0 for k in REWARD_TERMS[self.reward_mode]}
+
+    def _end_step(self, d_prev: float, spilled_prev: float) -> tuple:
+        """The step's return: the terms of ``reward_mode`` (module docstring) from the distance
+        to the goal and the spilled fraction before the step; terminated on a collision or once
+        delivered (at the goal, still), truncated at the horizon or when the solver blew up."""
         self.steps += 1
-        reward += (d_prev - self._distance()) / self.d0 - self.time_penalty
         delivered = self._at_goal() and self._still()
         success = delivered and self.spilled <= SPILL_LIMIT and not self.collided
-        if success:
-            reward += 1.0
         terminated = bool(self.collided or delivered)
         truncated = bool(not terminated and (self.unstable or self.steps >= self.max_steps))
-        return self._obs(), float(reward), terminated, truncated, self._info(success)
+        if self.reward_mode == "sparse":
+            terms = {"success": float(success)}
+        else:
+            terms = {"progress": (d_prev - self._distance()) / self.d0,
+                     "spill": -self.spill_penalty * 100.0 * (self.spilled - spilled_prev),
+                     "time": -self.time_penalty, "collision": -self.collision_penalty * self.collided,
+                     "success": float(success)}
+        if self.reward_mode == "dense":      # Phi = 0 on the state that ends the episode
+            phi = dict.fromkeys(self.phi, 0.0) if terminated or truncated else self._potentials()
+            for name, value in phi.items():
+                terms[name] = self.shaping_gamma * value - self.phi[name]
+            self.phi = phi
+        info = self._info(success)
+        info.update({"reward_" + k: v for k, v in terms.items()})
+        return self._obs(), float(sum(terms.values())), terminated, truncated, info
 
 
 class TransportEnv(TransportBase):
@@ -152,7 +208,14 @@ class TransportEnv(TransportBase):
     def __init__(self, task_split: str | None = None, fill: float | None = None,
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
                  time_penalty: float = 0.01, viscosity: float = 1e-3,
+                 reward_mode: str = "progress", shaping_gamma: float = 0.99, collision_penalty: float = 1.0,
                  render_mode: str | None = None, render_size: tuple[int, int] = (320, 480)):
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+        if not (isinstance(shaping_gamma, (int, float)) and 0 <= shaping_gamma <= 1):
+            raise ValueError(f"shaping_gamma must be in [0, 1] (the learner's discount), got {shaping_gamma!r}")
+        if not (isinstance(collision_penalty, (int, float)) and 0 <= collision_penalty < math.inf):
+            raise ValueError(f"collision_penalty must be a finite number >= 0, got {collision_penalty!r}")
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if fill is not None and not (isinstance(fill, (int, float)) and 0 < fill <= 1):
@@ -170,6 +233,8 @@ class TransportEnv(TransportBase):
         self.task_split, self.fill, self.horizon = task_split, fill, float(horizon)
         self.dx, self.viscosity = float(dx), float(viscosity)
         self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
+        self.reward_mode, self.shaping_gamma = reward_mode, float(shaping_gamma)
+        self.collision_penalty = float(collision_penalty)
         self.render_mode, self.render_size = render_mode, tuple(render_size)
         self.action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
         self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
@@ -201,7 +266,14 @@ class TransportEnv(TransportBase):
         self.vel = np.zeros(3)
         self.steps, self.collided, self.unstable, self.spilled = 0, False, False, 0.0
         self.d0 = max(self._distance(), 1e-6)
-        return self._obs(), self._info(success=False)
+        self.route0 = max(route_distance(task, *task.start[:2]), 1e-6)
+        return self._obs(), {**self._info(success=False), **self._start_reward()}
+
+    def _potentials(self) -> dict[str, float]:
+        """The dense mode's shaping potentials of the current state (module docstring)."""
+        route = route_distance(self.task, self.pose[0], self.pose[1]) / self.route0
+        return {"route": -ROUTE_WEIGHT * route,
+                "upright": -UPRIGHT_WEIGHT * min(1.0, abs(self.pose[2]) / self.theta_max)}
 
     def _distance(self) -> float:
         d = np.asarray(self.task.goal) - self.pose
@@ -221,19 +293,16 @@ class TransportEnv(TransportBase):
         d_prev = self._distance()
         nxt = self.pose + 0.5 * (self.vel + v1) * CONTROL_DT
         mid = self.pose + 0.5 * CONTROL_DT * (0.75 * self.vel + 0.25 * v1)
-        reward = 0.0
+        spilled_prev = self.spilled
         if self.task.collides(np.stack([mid, nxt])).any():
             self.collided = True
-            reward -= 1.0
             self.vel = np.zeros(3)
         else:
-            prev_spill = self.carried.spilled
             self.carried.step(self.pose, self.vel, v1, CONTROL_DT)
             self.unstable = self.carried.unstable
             self.pose, self.vel = nxt, v1
             self.spilled = self.carried.spilled
-            reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
-        return self._end_step(reward, d_prev)
+        return self._end_step(d_prev, spilled_prev)
 
     # ------------------------------------------------------------------ features
     def _obs(self) -> np.ndarray:

@@ -41,9 +41,11 @@ A float32 vector of 61 entries, every one bounded:
 
 ## Rewards
 
-Per step: progress ``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m
-per rad of tilt), ``-spill_penalty * 100 * (increase of the spilled fraction)``, ``-time_penalty``
-(default 0.01), ``-1`` on a collision, ``+1`` on success.
+Transport-v0's ``"progress"`` reward mode (the only one here): per step, the terms progress
+``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m per rad of tilt),
+spill ``-spill_penalty * 100 * (increase of the spilled fraction)``, time ``-time_penalty``
+(default 0.01), collision ``-1`` on a collision, success ``+1`` on success; ``info["reward_<term>"]``
+holds each.
 
 ## Episode end
 
@@ -66,7 +68,7 @@ Taichi compilation and no new memory.
 ``spilled``, ``in_source``, ``in_target`` (= in_source once delivered), ``in_flight`` (0),
 ``reached`` (delivered: at the goal and still), ``path_time`` (s from the start to delivery; inf before),
 ``success``, ``collided``, ``action_clipped``, ``sim_unstable``, ``time`` (s), ``position``,
-``rotation``, ``tilt``, ``distance``.
+``rotation``, ``tilt``, ``distance``, ``reward_<term>`` (Rewards).
 
 ## Version history
 
@@ -77,6 +79,7 @@ Taichi compilation and no new memory.
   viscosity, rest-density correction; see the validation page): the same task and actions
   give a different liquid, so results from before are not comparable.
   ``dx`` accepts 3.25 mm.
+* v0 (2026-11-28): info gains ``reward_<term>``; ``metadata["episode_metrics"]`` gains ``collided``.
 """
 
 from __future__ import annotations
@@ -179,7 +182,7 @@ class Transport3DEnv(TransportBase):
         self.velocity = np.zeros(6)
         self.steps, self.collided, self.unstable, self.spilled, self.clipped = 0, False, False, 0.0, False
         self.d0 = max(self._distance(), 1e-6)
-        return self._obs(), self._info(success=False)
+        return self._obs(), {**self._info(success=False), **self._start_reward()}
 
     def _tilt(self) -> float:
         return float(math.acos(np.clip(self.R[2, 1], -1.0, 1.0)))   # container y vs robot z
@@ -193,15 +196,13 @@ class Transport3DEnv(TransportBase):
         a = check_action(action, self.action_space)
         _, q1, qd1, self.clipped = joint_step(self.q, self.qd, a, MAX_JOINT_SPEED, CONTROL_DT)
         d_prev = self._distance()
-        reward = 0.0
+        spilled_prev = self.spilled
         if self.arm.collides(0.5 * (self.q + q1)) or self.arm.collides(q1):
             self.collided = True
-            reward -= 1.0
             self.qd, self.velocity = np.zeros(7), np.zeros(6)    # stopped where it was
         else:
             v0 = self.velocity
             v1 = self.arm.container_velocity(q1, qd1)
-            prev_spill = self.carried.spilled
             # the liquid's frame in simulator axes (y up)
             rot = Rotation.from_matrix(TO_SIM @ self.R).as_rotvec()
             self.carried.step(rot, np.concatenate([TO_SIM @ v0[:3], TO_SIM @ v0[3:]]),
@@ -210,8 +211,7 @@ class Transport3DEnv(TransportBase):
             self.q, self.qd, self.velocity = q1, qd1, v1
             self.position, self.R = self.arm.container_pose(q1)
             self.spilled = self.carried.spilled
-            reward -= self.spill_penalty * 100.0 * (self.spilled - prev_spill)
-        return self._end_step(reward, d_prev)
+        return self._end_step(d_prev, spilled_prev)
 
     def _at_goal(self) -> bool:
         d = np.linalg.norm(np.asarray(self.task.goal) - self.position)

@@ -130,6 +130,20 @@ class TransportTask:
         return cls(**d)
 
 
+def free_cells(task: TransportTask) -> np.ndarray:
+    """bool (nx, nz): the upright container fits at each point of a :data:`REACH_CELL` grid over
+    the room (cell (i, j) at (i, j) * REACH_CELL m)."""
+    nx, nz = int(ROOM[0] / REACH_CELL) + 1, int(ROOM[1] / REACH_CELL) + 1
+    gx, gz = np.meshgrid(np.arange(nx) * REACH_CELL, np.arange(nz) * REACH_CELL, indexing="ij")
+    poses = np.column_stack([gx.ravel(), gz.ravel(), np.zeros(gx.size)])
+    return ~task.collides(poses).reshape(nx, nz)
+
+
+def _cell(p, shape) -> tuple[int, int]:
+    i, j = int(round(p[0] / REACH_CELL)), int(round(p[1] / REACH_CELL))
+    return min(max(i, 0), shape[0] - 1), min(max(j, 0), shape[1] - 1)
+
+
 def check_feasible(task: TransportTask) -> None:
     """Raise ValueError if the start or goal pose is in collision, or if the goal cannot be
     reached from the start by an upright container (breadth-first search over a 1 cm grid of
@@ -138,16 +152,9 @@ def check_feasible(task: TransportTask) -> None:
         if task.collides([getattr(task, name)])[0]:
             raise ValueError(f"{name} pose {getattr(task, name)} puts the container inside an "
                              f"obstacle or outside the room [0, {ROOM[0]}] x [0, {ROOM[1]}] m")
-    nx, nz = int(ROOM[0] / REACH_CELL) + 1, int(ROOM[1] / REACH_CELL) + 1
-    gx, gz = np.meshgrid(np.arange(nx) * REACH_CELL, np.arange(nz) * REACH_CELL, indexing="ij")
-    poses = np.column_stack([gx.ravel(), gz.ravel(), np.zeros(gx.size)])
-    free = ~task.collides(poses).reshape(nx, nz)
-
-    def cell(p):
-        i, j = int(round(p[0] / REACH_CELL)), int(round(p[1] / REACH_CELL))
-        return min(max(i, 0), nx - 1), min(max(j, 0), nz - 1)
-
-    s, g = cell(task.start), cell(task.goal)
+    free = free_cells(task)
+    nx, nz = free.shape
+    s, g = _cell(task.start, free.shape), _cell(task.goal, free.shape)
     free[s] = free[g] = True  # both poses themselves were checked exactly above
     seen = np.zeros_like(free)
     seen[s] = True
@@ -163,6 +170,50 @@ def check_feasible(task: TransportTask) -> None:
     if not seen[g]:
         raise ValueError(f"goal {task.goal} is unreachable from start {task.start}: the obstacles "
                          f"leave no passage wide enough for the container")
+
+
+@functools.lru_cache(maxsize=64)
+def route_field(task: TransportTask) -> np.ndarray:
+    """float (nx, nz), m: the length of the shortest collision-free route of the upright
+    container from each point of the :func:`free_cells` grid to the goal (Dijkstra over the free
+    cells, 8-connected, so diagonal steps cost sqrt(2) cells). A blocked or cut-off cell gets the
+    value of the nearest cell that has a route plus its straight distance to it, so the field is
+    finite everywhere (a tilted container can stand where the upright one does not fit)."""
+    from scipy import ndimage
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    free = free_cells(task)
+    g = _cell(task.goal, free.shape)
+    free[g] = True
+    nx, nz = free.shape
+    index = np.arange(free.size).reshape(free.shape)
+    rows, cols, costs = [], [], []
+    for di, dj in ((1, 0), (0, 1), (1, 1), (1, -1)):
+        a = free[max(0, -di):nx - max(0, di), max(0, -dj):nz - max(0, dj)]
+        b = free[max(0, di):nx - max(0, -di) or None, max(0, dj):nz - max(0, -dj) or None]
+        ia = index[max(0, -di):nx - max(0, di), max(0, -dj):nz - max(0, dj)]
+        ib = index[max(0, di):nx - max(0, -di) or None, max(0, dj):nz - max(0, -dj) or None]
+        both = a & b
+        rows.append(ia[both])
+        cols.append(ib[both])
+        costs.append(np.full(int(both.sum()), math.hypot(di, dj) * REACH_CELL))
+    graph = coo_matrix((np.concatenate(costs), (np.concatenate(rows), np.concatenate(cols))),
+                       shape=(free.size, free.size)).tocsr()
+    dist = dijkstra(graph, directed=False, indices=index[g]).reshape(free.shape)
+    routed = np.isfinite(dist)
+    gap, (ni, nj) = ndimage.distance_transform_edt(~routed, return_indices=True)
+    return dist[ni, nj] + gap * REACH_CELL
+
+
+def route_distance(task: TransportTask, x: float, z: float) -> float:
+    """:func:`route_field` at (x, z) (m), interpolated bilinearly between grid points."""
+    from scipy import ndimage
+
+    field = route_field(task)
+    i = min(max(x / REACH_CELL, 0.0), field.shape[0] - 1.0)
+    j = min(max(z / REACH_CELL, 0.0), field.shape[1] - 1.0)
+    return float(ndimage.map_coordinates(field, [[i], [j]], order=1)[0])
 
 
 def sample_task(rng: np.random.Generator, layout: str | None = None) -> TransportTask:
