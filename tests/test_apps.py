@@ -62,6 +62,8 @@ def last_json(text: str) -> dict:
 # ---------------------------------------------------------------------- configs
 ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact")
 EXPERTS = {"pour": "sqp", "pour3d": "sqp", "transport": "sfrrt", "transport3d": "sfrrt", "multicontact": "stance"}
+# the bc / dagger input features of the envs that have their own (taigym/agents/features.py)
+LEARNER_FEATURES = {"transport": "obstacles"}
 
 
 def test_config_groups_are_shipped_and_match_the_code():
@@ -100,8 +102,8 @@ def test_agent_expert_is_the_envs_own_and_learners_take_the_envs_defaults(env):
         assert common.expert_spec(c["agent"], c["planner"], c["env"])[0] == EXPERTS[family]
         if family == "pour":
             assert c["agent"]["features"] == "auto" and 3 in c["agent"]["ignore_obs"]
-        else:   # Transport-v0's own features (transport_features); none of Pour-v0's
-            assert c["agent"]["features"] == ("obstacles" if env == "transport" else "none")
+        else:   # the env's own features (Transport-v0: transport_features); none of Pour-v0's
+            assert c["agent"]["features"] == LEARNER_FEATURES.get(env, "none")
             assert c["agent"]["ignore_obs"] == []
 
 
@@ -588,7 +590,7 @@ def test_learners_train_from_the_envs_expert(tmp_path, env, agent):
                             "agent.success_only=false", *budget])
     result = run_training(cfg, tmp_path)
     meta = make_policy_meta(result["checkpoint"])
-    assert meta["cfg"]["ignore_obs"] == [] and meta["cfg"]["features"] == "none"
+    assert meta["cfg"]["ignore_obs"] == [] and meta["cfg"]["features"] == LEARNER_FEATURES.get(env, "none")
     if agent == "bc":
         assert meta["source"] == f"expert:{EXPERTS[env]}"
     rows, _, metrics = run_agent(cfg.env, cfg.agent, None, episodes=1, checkpoint=result["checkpoint"])
