@@ -20,12 +20,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
-import time
 from pathlib import Path
 
-from taigym.apps.common import save_figure, write_atomic, write_csv
+from taigym.apps.common import save_figure, write_csv, write_result_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 FIELDS = ("seed", "env_steps", "train_seconds", "load_1min", "simplified_success", "simplified_success_ci95",
@@ -87,14 +84,14 @@ def main() -> None:
         rows.append(row)
         curves[seed] = curve
     write_csv(args.out / "results/rl_pour.csv", rows, FIELDS)
-    meta = {"title": "PPO on Pour-v0: trained on the simplified env, evaluated on both fidelities",
-            "command": "taskset -c 1 python -m taigym.apps.train agent=ppo env=pour_simplified seed=<k> logger=wandb; "
-                       "python scripts/rl_pour_results.py",
-            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
-            "notes": "100 eval tasks of each fidelity, each run once with the deterministic policy; "
-                     "success with its Wilson 95 % interval; train_seconds is wall time on one pinned "
-                     "core shared with other jobs (load_1min: the 1-minute load average at the end)."}
-    write_atomic(args.out / "results/rl_pour.json", json.dumps(meta, indent=1) + "\n")
+    write_result_meta(
+        args.out / "results/rl_pour.json",
+        "PPO on Pour-v0: trained on the simplified env, evaluated on both fidelities",
+        "taskset -c 1 python -m taigym.apps.train agent=ppo env=pour_simplified seed=<k> logger=wandb; "
+        "python scripts/rl_pour_results.py",
+        "100 eval tasks of each fidelity, each run once with the deterministic policy; success with "
+        "its Wilson 95 % interval; train_seconds is wall time on one pinned core shared with other "
+        "jobs (load_1min: the 1-minute load average at the end).")
     plot(curves, args.out / "media/ppo_pour_simplified.png")
     print(json.dumps(rows))
 

@@ -23,12 +23,9 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
-import time
 from pathlib import Path
 
-from taigym.apps.common import save_figure, write_atomic, write_csv
+from taigym.apps.common import save_figure, write_atomic, write_csv, write_result_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 CURVE = {"success": "rollout/success", "reached": "rollout/reached", "spilled": "rollout/spilled",
@@ -116,16 +113,16 @@ def main() -> None:
                  "the return and length of the last 100 (SB3's); written by "
                  "`scripts/rl_transport_results.py`.\n")
     write_csv(args.out / "results/rl_transport.csv", evals, EVAL_FIELDS)
-    meta = {"title": "PPO on Transport-v0 from scratch (train split), evaluated on the first 20 eval tasks",
-            "command": "nice python -m taigym.apps.train agent=ppo env=transport seed=0 eval_episodes=0; "
-                       "python -m taigym.apps.evaluate agent=ppo env=transport episodes=20 "
-                       "checkpoint=runs/train/ppo/transport/seed0 (agent=random: the floor); "
-                       "python scripts/rl_transport_results.py --runs ... --evals ...",
-            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)",
-            "notes": "curves: SB3's rollout means over the last 100 training episodes (train split, "
-                     "the recipe's dense reward); evaluations: the deterministic policy once on each "
-                     "of the first 20 eval tasks, the env's default reward."}
-    write_atomic(args.out / "results/rl_transport.json", json.dumps(meta, indent=1) + "\n")
+    write_result_meta(
+        args.out / "results/rl_transport.json",
+        "PPO on Transport-v0 from scratch (train split), evaluated on the first 20 eval tasks",
+        "nice python -m taigym.apps.train agent=ppo env=transport seed=0 eval_episodes=0; "
+        "python -m taigym.apps.evaluate agent=ppo env=transport episodes=20 "
+        "checkpoint=runs/train/ppo/transport/seed0 (agent=random: the floor); "
+        "python scripts/rl_transport_results.py --runs ... --evals ...",
+        "curves: SB3's rollout means over the last 100 training episodes (train split, the recipe's "
+        "dense reward); evaluations: the deterministic policy once on each of the first 20 eval "
+        "tasks, the env's default reward.")
     plot(curves, args.out / "results/rl_transport_curve.png")
     print(json.dumps(evals))
 

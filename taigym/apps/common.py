@@ -319,6 +319,16 @@ def write_json(path: str | Path, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=1, default=_json_default) + "\n")
 
 
+def write_result_meta(path: str | Path, title: str, command: str, notes: str) -> Path:
+    """A results file's metadata, as the docs' benchmark page reads it (``docs/results/NAME.json``:
+    title, command, date, machine, notes)."""
+    import platform
+    import time
+
+    return write_json(path, {"title": title, "command": command, "date": time.strftime("%Y-%m-%d"),
+                             "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared)", "notes": notes})
+
+
 def _json_default(o):
     if isinstance(o, np.generic):
         return o.item()
