@@ -104,3 +104,17 @@ def test_numpy_policy_keeps_the_previous_observation_as_training_does():
 def test_previous_rows_restart_at_each_episode():
     obs = np.arange(5.0)[:, None]
     np.testing.assert_array_equal(previous_rows(obs, np.array([0, 0, 0, 1, 1]))[:, 0], [0, 0, 1, 3, 3])
+
+
+def test_boxes_at_the_same_x_keep_their_inputs_as_the_observation_reorders_them():
+    """A wall with a window is two boxes at the same x; the observation lists them nearest the
+    container first, so their order flips as the carry rises past the height between their
+    centres. The policy's inputs must not flip with it."""
+    rng = np.random.default_rng(4)
+    o = carry_obs(rng, 1)
+    below, above = (1.0, 0.6, 0.1, 0.06, 0.2), (1.0, 0.6, 0.45, 0.06, 0.3)   # present, x, z, width, height
+    o[:, 19:24], o[:, 24:29] = below, above
+    flipped = o.copy()
+    flipped[:, 19:24], flipped[:, 24:29] = above, below
+    start = tf.start_features(carry_obs(rng, 1))
+    np.testing.assert_array_equal(tf.featurize(o, start), tf.featurize(flipped, start))
