@@ -1,0 +1,114 @@
+"""RL from demonstrations (taigym.training.sb3_demos): the SB3 actor starts as behaviour cloning."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import taigym  # noqa: F401
+from taigym.training.loggers import NullLogger
+
+ID = "taigym/Pour-v0"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """As the trainers run (torch_threads: 1): torch's threads spin against each other on a
+    loaded 2-core machine."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _model(algo: str = "PPO", **kw):
+    import stable_baselines3
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    venv = VecNormalize(DummyVecEnv([lambda: gym.make(ID, fidelity="simplified")]), norm_reward=False)
+    model = getattr(stable_baselines3, algo)("MlpPolicy", venv, seed=0, device="cpu",
+                                            policy_kwargs=dict(net_arch=[64, 64]), **kw)
+    return model, venv
+
+
+def _demos(n: int = 4000, seed: int = 0):
+    """Observations in the observation box and actions a smooth function of a few entries."""
+    rng = np.random.default_rng(seed)
+    space = gym.make(ID, fidelity="simplified").observation_space
+    lo, hi = np.maximum(space.low, -2.0), np.minimum(space.high, 2.0)
+    obs = rng.uniform(lo, hi, (n, space.shape[0])).astype(np.float32)
+    z = (obs - 0.5 * (lo + hi)) / (0.5 * (hi - lo))
+    act = np.tanh(np.stack([z[:, 0] - z[:, 1], 0.5 * z[:, 6], 0.5 * z[:, 2]], axis=1)).astype(np.float32)
+    return obs, act
+
+
+@pytest.mark.parametrize("algo", ["PPO", "SAC"])
+def test_clone_into_fits_the_actor_and_leaves_ignored_inputs_out(algo):
+    """After the fit the deterministic action is the demonstrations' (MSE < 0.02 on held-out
+    states, > 0.1 before), and the ignored entries do not change it."""
+    from taigym.training.sb3_demos import clone_into
+
+    model, venv = _model(algo, **({"buffer_size": 1000} if algo == "SAC" else {}))
+    obs, act = _demos()
+    held_obs, held_act = _demos(500, seed=1)
+
+    def held_out_mse() -> float:
+        pred, _ = model.predict(venv.normalize_obs(held_obs), deterministic=True)
+        return float(((pred - held_act) ** 2).mean())
+
+    before = held_out_mse()
+    hp = {"seed": 0, "init_epochs": 20, "init_lr": 1e-3, "init_ignore_obs": [3, 4, 5]}
+    stats = clone_into(model, obs, act, hp, venv)
+    assert before > 0.1 and held_out_mse() < 0.02 and stats["init/mse"] < 0.02
+    np.testing.assert_allclose(venv.obs_rms.mean, obs.mean(0), rtol=1e-6)     # the normaliser starts there
+    x = venv.normalize_obs(held_obs[:50])
+    y = x.copy()
+    y[:, 3:6] += 3.0
+    a, _ = model.predict(x, deterministic=True)
+    b, _ = model.predict(y, deterministic=True)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_clone_into_refuses_demonstrations_of_another_env():
+    from taigym.training.sb3_demos import clone_into
+
+    model, venv = _model()
+    obs, act = _demos(10)
+    with pytest.raises(ValueError, match="observations have shape"):
+        clone_into(model, obs[:, :50], act, {"seed": 0, "init_epochs": 1, "init_lr": 1e-3,
+                                             "init_ignore_obs": None}, venv)
+    with pytest.raises(ValueError, match="init_ignore_obs"):
+        clone_into(model, obs, act, {"seed": 0, "init_epochs": 1, "init_lr": 1e-3, "init_ignore_obs": [500]}, venv)
+
+
+def test_critic_warmup_freezes_the_actor_only_until_its_step():
+    """During the warm-up PPO's updates change the critic and not the actor; after it, both."""
+    import torch
+
+    from taigym.training.sb3_demos import actor_parameters, critic_warmup
+
+    model, _ = _model(n_steps=64, batch_size=64, n_epochs=2)
+    actor = lambda: torch.cat([p.detach().flatten().clone() for p in actor_parameters(model.policy)])  # noqa: E731
+    critic = lambda: torch.cat([p.detach().flatten().clone() for p in model.policy.value_net.parameters()])  # noqa
+    a0, c0 = actor(), critic()
+    model.learn(128, callback=critic_warmup(128))
+    a1, c1 = actor(), critic()
+    assert torch.equal(a0, a1) and not torch.equal(c0, c1)
+    assert all(p.requires_grad for p in actor_parameters(model.policy))
+    model.learn(64, reset_num_timesteps=False, callback=critic_warmup(128))
+    assert not torch.equal(a1, actor())
+
+
+def test_demo_options_are_checked_before_any_work(tmp_path):
+    from taigym.training.sb3 import train_ppo, train_sac
+
+    make = lambda: gym.make(ID, fidelity="simplified")  # noqa: E731
+    for bad, match in (({"init_epochs": -1}, "init_epochs"), ({"init_lr": 0.0}, "init_lr"),
+                       ({"init_ignore_obs": [-1]}, "init_ignore_obs")):
+        with pytest.raises(ValueError, match=match):
+            train_ppo(make, bad, tmp_path, NullLogger())
+    with pytest.raises(ValueError, match="PPO only"):
+        train_sac(make, {"init_critic_steps": 10}, tmp_path, NullLogger())
