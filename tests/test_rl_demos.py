@@ -112,3 +112,24 @@ def test_demo_options_are_checked_before_any_work(tmp_path):
             train_ppo(make, bad, tmp_path, NullLogger())
     with pytest.raises(ValueError, match="PPO only"):
         train_sac(make, {"init_critic_steps": 10}, tmp_path, NullLogger())
+
+
+def test_demos_recipe_is_the_pour_recipe_with_the_clone_in_the_experts_action():
+    """recipe=ppo_pour_simplified_demos: the PPO recipe's env and network, the actor cloned from
+    sqp's dataset with the env's hidden learner inputs, in the frame pivot the expert acts with;
+    the run directory's name stays short (the hidden inputs come from the env config)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from taigym.agents.ppo import PPOAgent
+    from taigym.agents.sb3 import check_cfg
+
+    with initialize_config_module("taigym.conf", version_base="1.3"):
+        cfg = compose("train", ["agent=ppo", "env=pour_simplified", "recipe=ppo_pour_simplified_demos"])
+        base = compose("train", ["agent=ppo", "env=pour_simplified"])
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    hp = check_cfg({k: v for k, v in plain["agent"].items() if k != "name"}, PPOAgent.DEFAULTS, "ppo")
+    assert hp["init_from"] == "taigym/pour_simplified/sqp-v0" and hp["policy_env_kwargs"] == {"pivot": "frame"}
+    assert hp["init_ignore_obs"] == plain["env"]["learner"]["ignore_obs"] and hp["init_critic_steps"] > 0
+    assert hp["train_env_kwargs"] == OmegaConf.to_container(base.agent.train_env_kwargs)
+    assert hp["n_envs"] == base.agent.n_envs and hp["policy_kwargs"]["net_arch"] == [128, 128]
