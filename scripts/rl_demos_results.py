@@ -29,6 +29,13 @@ FIELDS = ("arm", "seed", "env_steps", "train_seconds", "load_1min", "success", "
           "init_from", "command_overrides")
 
 
+def _overrides(run: Path) -> str:
+    """The run directory below ``seed<k>/`` (the command's overrides, which may hold slashes)."""
+    parts = run.parts
+    k = max(i for i, p in enumerate(parts) if p.startswith("seed"))
+    return "/".join(parts[k + 1:])
+
+
 def run_row(run: Path, arm: str) -> tuple[dict, list[tuple[int, float]]]:
     result = json.loads((run / "result.json").read_text())
     config = json.loads((run / "train_config.json").read_text())
@@ -37,7 +44,7 @@ def run_row(run: Path, arm: str) -> tuple[dict, list[tuple[int, float]]]:
     row = {"arm": arm, "seed": config["seed"], "env_steps": config["agent"]["total_timesteps"],
            "train_seconds": round(result["train_seconds"]), "load_1min": result["load"][0],
            "success": ev["success_rate"], "success_ci95": f"[{lo:.2f}, {hi:.2f}]", "eval_episodes": ev["episodes"],
-           "init_from": config["agent"].get("init_from") or "", "command_overrides": run.name}
+           "init_from": config["agent"].get("init_from") or "", "command_overrides": _overrides(run)}
     curve = []
     if (run / "curve.csv").exists():
         with (run / "curve.csv").open(newline="") as f:
