@@ -21,7 +21,9 @@ runs once on each of the first ``eval_episodes`` tasks of the eval split
 ``run_dir/curve.csv``, the learning curve. Metrics (SB3's ``rollout/``, ``train/``, ``time/``
 keys plus the env's episode metrics) go to the taigym logger; with a
 :class:`~taigym.training.loggers.WandbLogger` the run also gets W&B's SB3 callback
-(``wandb.integration.sb3.WandbCallback``). :func:`train_ppo` and :func:`train_sac` are the
+(``wandb.integration.sb3.WandbCallback``). With ``init_from`` (a Minari dataset) a new model's
+actor starts as behaviour cloning of the demonstrations (:mod:`taigym.training.sb3_demos`).
+:func:`train_ppo` and :func:`train_sac` are the
 trainers of ``ppo`` and ``sac``::
 
     from taigym.training.sb3 import train_ppo
@@ -254,9 +256,7 @@ def train_sb3(agent_cls: type[SB3Agent], make_env: Callable, cfg: Mapping | None
     if logger is None:
         logger = NullLogger()
     hp = check_cfg(cfg, agent_cls.DEFAULTS, agent_cls.name)
-    check_demo_options(hp)
-    if hp["init_critic_steps"] and agent_cls.ALGO != "PPO":
-        raise ValueError(f"init_critic_steps applies to PPO only, not {agent_cls.ALGO}")
+    check_demo_options(hp, agent_cls.ALGO)
     if hp["torch_threads"]:
         import torch
 

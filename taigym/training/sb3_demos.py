@@ -32,8 +32,9 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-def check_demo_options(hp: Mapping) -> None:
-    """ValueError for a bad option of RL from demonstrations (before any expensive work)."""
+def check_demo_options(hp: Mapping, algo: str) -> None:
+    """ValueError for a bad option of RL from demonstrations of SB3's ``algo`` (before any
+    expensive work)."""
     for key in ("init_epochs", "init_critic_steps"):
         v = hp[key]
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
@@ -41,6 +42,8 @@ def check_demo_options(hp: Mapping) -> None:
     lr = hp["init_lr"]
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0.0 < lr <= 1.0:
         raise ValueError(f"option init_lr must be in (0, 1], got {lr!r}")
+    if hp["init_critic_steps"] and algo != "PPO":
+        raise ValueError(f"init_critic_steps applies to PPO only, not {algo}")
     ign = hp["init_ignore_obs"]
     if ign is not None and not all(isinstance(i, (int, np.integer)) and i >= 0 for i in ign):
         raise ValueError(f"option init_ignore_obs must be a list of observation indices >= 0, got {ign!r}")
