@@ -32,6 +32,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+
 def check_demo_options(hp: Mapping, algo: str) -> None:
     """ValueError for a bad option of RL from demonstrations of SB3's ``algo`` (before any
     expensive work)."""
@@ -115,9 +116,11 @@ def clone_into(model, obs: np.ndarray, actions: np.ndarray, hp: Mapping, vec_nor
 
 def actor_parameters(policy) -> list:
     """The parameters that shape PPO's action distribution (not the critic's)."""
+    import torch
+
     mods = [policy.mlp_extractor.policy_net, policy.action_net]
     params = [p for m in mods for p in m.parameters()]
-    if isinstance(getattr(policy, "log_std", None), __import__("torch").nn.Parameter):
+    if isinstance(getattr(policy, "log_std", None), torch.nn.Parameter):
         params.append(policy.log_std)
     return params
 
