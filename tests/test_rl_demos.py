@@ -133,3 +133,41 @@ def test_demos_recipe_is_the_pour_recipe_with_the_clone_in_the_experts_action():
     assert hp["init_ignore_obs"] == plain["env"]["learner"]["ignore_obs"] and hp["init_critic_steps"] > 0
     assert hp["train_env_kwargs"] == OmegaConf.to_container(base.agent.train_env_kwargs)
     assert hp["n_envs"] == base.agent.n_envs and hp["policy_kwargs"]["net_arch"] == [128, 128]
+
+
+@pytest.mark.integration
+def test_train_app_starts_ppo_from_an_expert_dataset(tmp_path):
+    """The train app with recipe=ppo_pour_simplified_demos on a 3-episode sqp dataset: the clone
+    is fitted (its MSE logged, far below the untrained actor's), PPO then trains and the agent
+    saved acts with the frame pivot; a rerun resumes without cloning again."""
+    from hydra import compose, initialize_config_module
+
+    from taigym.apps.datasets import record
+    from taigym.apps.train import run_training
+
+    with initialize_config_module("taigym.conf", version_base="1.3"):
+        record(compose("datasets", ["env=pour_simplified", "agent=expert", "episodes=3", f"out={tmp_path}",
+                                    "progress=false"]))
+        over = ["agent=ppo", "env=pour_simplified", "recipe=ppo_pour_simplified_demos", "logger=none",
+                f"agent.init_dataset_root={tmp_path}", "agent.n_envs=16", "agent.n_steps=32",
+                "agent.batch_size=256", "agent.init_critic_steps=512", "agent.eval_every=0",
+                "agent.checkpoint_every=512", "eval_episodes=2", "transfer_eval=false"]
+        cfg = compose("train", [*over, "agent.total_timesteps=1024"])
+        run = tmp_path / "run"
+        logged = []
+
+        class Log(NullLogger):
+            def log(self, metrics, step=None):
+                logged.append(dict(metrics))
+
+        result = run_training(cfg, run, logger=Log())
+    init = next(m for m in logged if "init/mse" in m)
+    assert init["init/pairs"] > 100 and init["init/mse"] < 0.5 * init["init/mse_before"]
+    from taigym.agents.ppo import PPOAgent
+
+    agent = PPOAgent.load(result["checkpoint"], gym.make(ID, fidelity="simplified", pivot="frame"))
+    assert agent.env_kwargs == {"pivot": "frame"} and agent.num_timesteps == 1024
+    logged.clear()
+    with initialize_config_module("taigym.conf", version_base="1.3"):
+        run_training(compose("train", [*over, "agent.total_timesteps=1536"]), run, logger=Log())
+    assert not any("init/mse" in m for m in logged)
