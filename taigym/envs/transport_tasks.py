@@ -219,8 +219,8 @@ def route_distance(task: TransportTask, x: float, z: float) -> float:
 NEAR_GOAL_ROUTE = (0.02, 0.30)      #: m, route lengths to the goal that :func:`near_goal_start` starts at
 
 
-def near_goal_start(task: TransportTask, rng: np.random.Generator, route: tuple[float, float] = NEAR_GOAL_ROUTE
-              ) -> TransportTask:
+def near_goal_start(task: TransportTask, rng: np.random.Generator,
+                    route: tuple[float, float] = NEAR_GOAL_ROUTE) -> TransportTask:
     """``task`` starting, upright, at a free point of the :func:`free_cells` grid whose
     collision-free route to the goal (:func:`route_field`) is ``route`` m long (bounds
     included), drawn uniformly among those points with ``rng``: a start-state curriculum for RL,
