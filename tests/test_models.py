@@ -45,6 +45,36 @@ def test_tables_match_direct_geometry(shape):
     assert polygon_area(clip_below(poly, poly[-1, 1] + h)) == pytest.approx(vol, rel=0.02)
 
 
+def _levels_on_every_grid_level(polys, volumes):
+    """The free-surface levels as the tables computed them before (TABLE_VERSION 1): the width
+    intersected with the polygon's edges on every level of the grid, not only at its vertex
+    heights (the reference of ``_volume_levels``)."""
+    ys = polys[..., 1]
+    lo, hi = ys.min(axis=1, keepdims=True), ys.max(axis=1, keepdims=True)
+    levels = np.sort(np.concatenate([ys, lo + (hi - lo) * np.linspace(0, 1, ot.N_LEVEL)], axis=1), axis=1)
+    w_above = ot._widths(polys, levels)
+    w_below = ot._widths(polys, levels - 1e-12 * (hi - lo))
+    area = np.concatenate([np.zeros((len(polys), 1)), np.cumsum(
+        0.5 * (w_above[:, :-1] + w_below[:, 1:]) * np.diff(levels, axis=1), axis=1)], axis=1)
+    return np.stack([np.interp(volumes, area[k], levels[k]) for k in range(len(polys))])
+
+
+@pytest.mark.parametrize("shape", SHAPES + [container("rect", 0.06, 0.12, wall_thickness=0.02),
+                                            container("cup", 0.1, 0.08, corner_radius=0.0)],
+                         ids=lambda s: s.shape)
+def test_volume_levels_equal_the_width_on_every_level(shape):
+    """The free-surface levels from widths measured at the vertex heights only equal those from
+    the width on every grid level to 1e-12 m (rounding), at every lean including the upright
+    and upside-down ones, where edges are horizontal."""
+    poly = np.asarray(shape.interior, np.float64)
+    leans = np.linspace(0.0, math.pi, ot.N_LEAN)
+    c, s = np.cos(-leans)[:, None], np.sin(-leans)[:, None]
+    polys = np.stack([c * poly[:, 0] - s * poly[:, 1], s * poly[:, 0] + c * poly[:, 1]], axis=-1)
+    volumes = np.linspace(0.0, shape.interior_area, ot.N_VOLUME)
+    np.testing.assert_allclose(ot._volume_levels(polys, volumes), _levels_on_every_grid_level(polys, volumes),
+                               rtol=0.0, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: s.shape)
 def test_table_max_lean_is_the_geometric_max_tilt(shape):
     t = ot.outflow_tables(shape)

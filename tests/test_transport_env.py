@@ -81,3 +81,27 @@ def test_a_gentle_carry_succeeds_and_a_violent_one_spills(env):
         assert info["success"] is expect_success, (peak, info)
         if not expect_success:
             assert info["spilled"] > 0.001
+
+
+def test_near_goal_moves_only_drawn_tasks_to_a_short_route_from_the_goal():
+    """near_goal=1: every drawn task (the task the seed samples) starts upright,
+    collision-free, 2-30 cm of route from its goal, the rest of the task as drawn; a task given
+    to reset is run as given."""
+    from gymnasium.utils import seeding
+
+    from taigym.envs.transport_tasks import NEAR_GOAL_ROUTE, route_distance, sample_task
+
+    near = gym.make("taigym/Transport-v0", near_goal=1.0)
+    for seed in range(3):
+        near.reset(seed=seed)
+        t, p = near.unwrapped.task, sample_task(seeding.np_random(seed)[0])
+        assert t.goal == p.goal and t.obstacles == p.obstacles and t.fill == p.fill
+        assert t.start != p.start and t.start[2] == 0.0 and not t.collides([t.start])[0]
+        # (the grid's route and its bilinear interpolation agree at grid points, to rounding)
+        assert NEAR_GOAL_ROUTE[0] - 1e-9 <= route_distance(t, *t.start[:2]) <= NEAR_GOAL_ROUTE[1] + 1e-9
+    given = _task()
+    near.reset(seed=0, options={"task": given})
+    assert near.unwrapped.task == given
+    near.close()
+    with pytest.raises(ValueError, match="near_goal"):
+        gym.make("taigym/Transport-v0", near_goal=1.5)

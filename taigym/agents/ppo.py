@@ -13,7 +13,10 @@ activation_fn: tanh}``, the activation by name), ``checkpoint_every`` (10000 env
 ``device`` ("cpu"), ``torch_threads`` (1), ``verbose`` (0), ``progress_bar`` (False),
 ``log_interval`` (1 rollout), ``wandb_gradient_freq`` (0), ``vec_env`` ("auto"),
 ``normalize_obs`` / ``normalize_reward`` (False), ``policy_env_kwargs`` / ``train_env_kwargs``
-(None), ``eval_every`` (0), ``eval_episodes`` (100) (:mod:`taigym.training.sb3`), and PPO's own: ``learning_rate``
+(None), ``eval_every`` (0), ``eval_episodes`` (100) (:mod:`taigym.training.sb3`), RL from
+demonstrations' ``init_from`` (None), ``init_dataset_root`` (None), ``init_epochs`` (30),
+``init_lr`` (1e-3), ``init_ignore_obs`` (None), ``init_critic_steps`` (0)
+(:mod:`taigym.training.sb3_demos`), and PPO's own: ``learning_rate``
 (3e-4), ``n_steps`` (512 per env), ``batch_size`` (128), ``n_epochs`` (10), ``gamma`` (0.99),
 ``gae_lambda`` (0.95), ``clip_range`` (0.2), ``ent_coef`` (0.0), ``vf_coef`` (0.5),
 ``max_grad_norm`` (0.5), ``use_sde`` (False), ``sde_sample_freq`` (-1), ``target_kl`` (None),

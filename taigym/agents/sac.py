@@ -11,7 +11,9 @@ Options (``cfg``) and defaults: the taigym options ``total_timesteps`` (100000),
 (0), ``save_replay_buffer`` (True: the checkpoint holds the replay buffer, so that a resumed run
 goes on as if uninterrupted; a 100k-transition buffer of the 104-number features is ~90 MB),
 ``vec_env`` ("auto"), ``normalize_obs`` / ``normalize_reward`` (False), ``policy_env_kwargs`` /
-``train_env_kwargs`` (None), ``eval_every`` (0), ``eval_episodes`` (100) (:mod:`taigym.training.sb3`), and
+``train_env_kwargs`` (None), ``eval_every`` (0), ``eval_episodes`` (100) (:mod:`taigym.training.sb3`),
+RL from demonstrations' ``init_from`` (None), ``init_dataset_root`` (None), ``init_epochs``
+(30), ``init_lr`` (1e-3), ``init_ignore_obs`` (None) (:mod:`taigym.training.sb3_demos`), and
 SAC's own: ``learning_rate`` (3e-4), ``buffer_size`` (100000), ``learning_starts`` (1000),
 ``batch_size`` (256), ``tau`` (0.005), ``gamma`` (0.99), ``train_freq`` (1), ``gradient_steps``
 (1), ``ent_coef`` ("auto"), ``target_entropy`` ("auto"), ``use_sde`` (False). Unknown keys raise

@@ -51,6 +51,13 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "train_env_kwargs": None,        # env arguments for the training envs only (reward, curriculum)
     "eval_every": 0,                 # env steps between evaluations on the eval split (0: none)
     "eval_episodes": 100,            # tasks of the eval split each of those runs
+    # RL from demonstrations (taigym.training.sb3_demos): the actor starts as behaviour cloning
+    "init_from": None,               # Minari dataset id or directory (None: from scratch)
+    "init_dataset_root": None,       # directory holding Minari datasets (None: $MINARI_DATASETS_PATH)
+    "init_epochs": 30,               # epochs of the cloning fit (Adam, minibatches of 256)
+    "init_lr": 1e-3,                 # its learning rate
+    "init_ignore_obs": None,         # observation entries the clone does not see (indices)
+    "init_critic_steps": 0,          # env steps with the actor frozen while the critic learns (PPO)
 }
 #: keys of the agent's options that are not keyword arguments of the SB3 algorithm
 NON_ALGO_KEYS = set(COMMON_DEFAULTS) | {"save_replay_buffer"}

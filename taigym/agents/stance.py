@@ -14,7 +14,9 @@ its objectives:
   zero), then ``release`` it (and open the hand's grip).
 * Adj+ (a contact is added): on one sole with no grasp, first ``centre`` the CoM, the limb held,
   at the nearest point that support balances with a stability margin (as a shift's target; done
-  within 1.5 cm, or 1 s after its reference ends); then ``swing`` the limb along a lifted path
+  within 1.5 cm, or 1 s after its reference ends); a foot's swing from one sole on a deformable
+  support first centres the CoM on the swing's own CoM target (moved inside the support's
+  region); then ``swing`` the limb along a lifted path
   (up the surface normal, across, down; a foot before a step's face first rises clear of it, a
   foot to or from a rung first backs off the ladder, from under a rung first drawing back level
   till its toe clears it) to its contact target while the others hold, pressing a centimetre
@@ -247,7 +249,7 @@ class StanceAgent(Agent):
         com, Jc = rob.com_and_jacobian()
         if ph["kind"] == "swing" and self.t_phase == 0.0 and not ph.get("centred"):
             ph["centred"] = True
-            c = self._centre(ph["support"], com)
+            c = self._centre(ph, com)
             if c is not None:
                 ph = dict(kind="centre", support=ph["support"], com=c, q=q.copy(), quat=quat.copy())
                 self.phases.insert(self.k, ph)
@@ -459,20 +461,33 @@ class StanceAgent(Agent):
                 return np.r_[c, com[2]]
         return com
 
-    def _centre(self, support, com: np.ndarray) -> np.ndarray | None:
-        """Where the CoM goes, the limb held, before a swing on one sole with no grasp: the nearest
-        point that sole (and any pressing hand) balances with a stability margin (``_held_com``),
-        None if the CoM is there already (within CENTRE_TOL) or the swing has another support.
-        Eval gaps 6 and 13: released 2 cm inside the far sole's heel edge (the hand on the wall only
-        pushes back), the CoM was driven back past it as the other leg began its 0.9 m swing across
-        the gap and the robot fell; centred first (it stops 1.4 cm short of the 4 cm-margin target,
-        0.6 cm further in, at rest after 2 s), both cross."""
+    def _centre(self, ph: dict, com: np.ndarray) -> np.ndarray | None:
+        """Where the CoM goes, the limb held, before the swing ``ph`` from one sole; None if it is
+        there already (within CENTRE_TOL) or the swing has another support.
+
+        * With no grasp: the nearest point that sole (and any pressing hand) balances with a
+          stability margin (``_held_com``). Eval gaps 6 and 13: released 2 cm inside the far
+          sole's heel edge (the hand on the wall only pushes back), the CoM was driven back past
+          it as the other leg began its 0.9 m swing across the gap and the robot fell; centred
+          first (it stops 1.4 cm short of the 4 cm-margin target, 0.6 cm further in, at rest
+          after 2 s), both cross.
+        * A foot's swing from a sole on a deformable support (the trailing foot onto the pad, the
+          rail hand grasped): the swing's own CoM target, moved inside the support's region
+          (``_held_com``). The plans leave the CoM about 10 cm behind that sole's centre, the
+          hand pushing it forward; the body pitched back as the leg rose and the CoM went back
+          while its reference went forward (soft eval tasks 2, 7, 25 fell in that swing)."""
+        support = ph["support"]
         feet = [c for c in support if c.limb in hum.FEET]
-        grasps = [c for c in support if c.limb in hum.HANDS and self.model.surfaces[c.surface].kind == "bar"]
-        if len(feet) != 1 or grasps:
+        if len(feet) != 1:
             return None
-        c = self._held_com(support, com)
-        return None if np.linalg.norm(c[:2] - com[:2]) <= CENTRE_TOL else np.r_[c[:2], com[2]]
+        grasps = [c for c in support if c.limb in hum.HANDS and self.model.surfaces[c.surface].kind == "bar"]
+        onto_pad = ph["limb"] in hum.FEET and self.model.surfaces[feet[0].surface].solid is not None
+        for aim, applies in ((com, not grasps), (ph["com"], onto_pad)):
+            if applies:
+                c = self._held_com(support, aim)
+                if np.linalg.norm(c[:2] - com[:2]) > CENTRE_TOL:
+                    return np.r_[c[:2], com[2]]
+        return None
 
     def _balanced(self, support, com: np.ndarray) -> bool:
         """Whether ``support`` alone balances gravity with the CoM anywhere within BALANCE_MARGIN

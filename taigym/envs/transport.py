@@ -77,8 +77,11 @@ the goal and still), ``path_time`` (s from the start to delivery; inf before), `
 
 ``gym.make("taigym/Transport-v0", task_split=None, fill=None, horizon=10.0, dx=0.0035,
 spill_penalty=1.0, time_penalty=0.01, collision_penalty=1.0, viscosity=1e-3, reward_mode="progress",
-shaping_gamma=0.99, render_mode=None)``: ``reward_mode`` is "progress", "dense" or "sparse"
-(Rewards), ``shaping_gamma`` in [0, 1], ``collision_penalty`` >= 0; tasks are sampled
+shaping_gamma=0.99, near_goal=0.0, render_mode=None)``: ``reward_mode`` is "progress", "dense" or "sparse"
+(Rewards), ``shaping_gamma`` in [0, 1], ``collision_penalty`` >= 0; ``near_goal`` in [0, 1] is
+the fraction of the tasks the env draws itself (not those given to ``reset``) that start,
+upright, 2-30 cm of collision-free route from the goal (``transport_tasks.near_goal_start``): a
+start-state curriculum for RL, which learns the arrival and the stop first; tasks are sampled
 (``transport_tasks.sample_task``) or drawn from a fixed split; ``fill`` fixes the fill of sampled
 tasks; ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). ``dx`` is the
 liquid grid's spacing (m; one fixed grid for every container, compiled once per process). A
@@ -98,6 +101,7 @@ A closed env hands its liquid solver to the next env made with the same ``dx`` a
 * v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
   "sparse"), ``shaping_gamma`` and ``collision_penalty``; info gains ``reward_<term>``; ``metadata["episode_metrics"]``
   gains ``collided``.
+* v0 (2026-11-28): ``near_goal`` (default 0: the tasks drawn as before).
 """
 
 from __future__ import annotations
@@ -117,7 +121,7 @@ from ..sim.geometry import rotate
 from . import render as _render
 from .checks import check_action
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
-                              route_distance, sample_task, transport_tasks)
+                              near_goal_start, route_distance, sample_task, transport_tasks)
 
 MAX_VELOCITY = np.array([0.8, 0.8, 2.0])          # m/s, m/s, rad/s
 GOAL_TOLERANCE = (0.02, 0.05)                     # m, rad
@@ -209,6 +213,7 @@ class TransportEnv(TransportBase):
                  horizon: float = 10.0, dx: float = 0.0035, spill_penalty: float = 1.0,
                  time_penalty: float = 0.01, viscosity: float = 1e-3,
                  reward_mode: str = "progress", shaping_gamma: float = 0.99, collision_penalty: float = 1.0,
+                 near_goal: float = 0.0,
                  render_mode: str | None = None, render_size: tuple[int, int] = (320, 480)):
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
@@ -218,6 +223,8 @@ class TransportEnv(TransportBase):
             raise ValueError(f"collision_penalty must be a finite number >= 0, got {collision_penalty!r}")
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
+        if isinstance(near_goal, bool) or not (isinstance(near_goal, (int, float)) and 0 <= near_goal <= 1):
+            raise ValueError(f"near_goal must be in [0, 1] (a fraction of the drawn tasks), got {near_goal!r}")
         if fill is not None and not (isinstance(fill, (int, float)) and 0 < fill <= 1):
             raise ValueError(f"fill must be in (0, 1] (above 1 the liquid would rise above the "
                              f"brim), got {fill!r}")
@@ -235,6 +242,7 @@ class TransportEnv(TransportBase):
         self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
         self.reward_mode, self.shaping_gamma = reward_mode, float(shaping_gamma)
         self.collision_penalty = float(collision_penalty)
+        self.near_goal = float(near_goal)
         self.render_mode, self.render_size = render_mode, tuple(render_size)
         self.action_space = spaces.Box(-1.0, 1.0, (3,), dtype=np.float32)
         self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
@@ -253,8 +261,11 @@ class TransportEnv(TransportBase):
             task = split[int(self.np_random.integers(len(split)))]
         else:
             task = sample_task(self.np_random)
-        if self.fill is not None and not (options and options.get("task") is not None):
+        drawn = not (options and options.get("task") is not None)
+        if self.fill is not None and drawn:
             task = dataclasses.replace(task, fill=self.fill)
+        if self.near_goal > 0.0 and drawn and self.np_random.random() < self.near_goal:
+            task = near_goal_start(task, self.np_random)   # (no draw at all when near_goal is 0)
         check_feasible(task)
         self.task = task
         self.theta_max = max_tilt_of(task)

@@ -216,6 +216,24 @@ def route_distance(task: TransportTask, x: float, z: float) -> float:
     return float(ndimage.map_coordinates(field, [[i], [j]], order=1)[0])
 
 
+NEAR_GOAL_ROUTE = (0.02, 0.30)      #: m, route lengths to the goal that :func:`near_goal_start` starts at
+
+
+def near_goal_start(task: TransportTask, rng: np.random.Generator,
+                    route: tuple[float, float] = NEAR_GOAL_ROUTE) -> TransportTask:
+    """``task`` starting, upright, at a free point of the :func:`free_cells` grid whose
+    collision-free route to the goal (:func:`route_field`) is ``route`` m long (bounds
+    included), drawn uniformly among those points with ``rng``: a start-state curriculum for RL,
+    which learns the arrival and the stop at the goal before the whole carry. The task as it
+    was if no point qualifies."""
+    field, free = route_field(task), free_cells(task)
+    cells = np.flatnonzero(free & (field >= route[0]) & (field <= route[1]))
+    if len(cells) == 0:
+        return task
+    i, j = np.unravel_index(cells[min(int(rng.random() * len(cells)), len(cells) - 1)], free.shape)
+    return dataclasses.replace(task, start=(float(i * REACH_CELL), float(j * REACH_CELL), 0.0))
+
+
 def sample_task(rng: np.random.Generator, layout: str | None = None) -> TransportTask:
     """Draw one feasible task (rejection sampling on the feasibility check)."""
     W, H = ROOM

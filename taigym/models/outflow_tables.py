@@ -40,7 +40,7 @@ import numpy as np
 
 from taigym.sim.geometry import Container
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2                   #: 2: widths measured at vertex heights only (the same tables to 1e-12 m)
 N_LEAN = 91                 #: lean angles from 0 to pi (2 degree steps)
 N_VOLUME = 65               #: volumes from 0 to the interior area
 N_LEVEL = 64                #: uniform levels added to the vertex heights (head error < 0.1 mm at 10 cm)
@@ -70,16 +70,31 @@ def _volume_levels(polys: np.ndarray, volumes: np.ndarray) -> np.ndarray:
     """Free-surface level (m, world y) holding each volume (m^2) in each polygon (L, K, 2),
     opening closed: (L, len(volumes))."""
     ys = polys[..., 1]
+    n_poly, n_vert = ys.shape
     lo, hi = ys.min(axis=1, keepdims=True), ys.max(axis=1, keepdims=True)
     levels = np.sort(np.concatenate([ys, lo + (hi - lo) * np.linspace(0, 1, N_LEVEL)], axis=1), axis=1)
-    # width is linear between consecutive vertex heights, all of which are grid levels; the
-    # trapezoid on each interval uses the one-sided limits (a level at a vertex takes the width
-    # just above it, so the width just below the next level is evaluated a hair under it)
-    w_above = _widths(polys, levels)
-    w_below = _widths(polys, levels - 1e-12 * (hi - lo))
-    area = np.concatenate([np.zeros((len(polys), 1)), np.cumsum(
+    # the width is linear between consecutive vertex heights, so it is measured at those only
+    # (just above each, and a hair under each: the one-sided limits) and interpolated on each
+    # interval to the grid's levels; the area below each level is then the trapezoid rule, exact
+    # on a grid that contains the vertex heights
+    vert = np.sort(ys, axis=1)
+    w_up = _widths(polys, vert)
+    w_down = _widths(polys, vert - 1e-12 * (hi - lo))
+    span = np.diff(vert, axis=1)
+    slope = (w_down[:, 1:] - w_up[:, :-1]) / np.where(span > 0.0, span, 1.0)    # (L, K - 1)
+    rows = np.arange(n_poly)[:, None]
+
+    def width(strict: bool) -> np.ndarray:
+        # the interval [vert_k, vert_k+1] holding each level: from above it (level >= vert_k)
+        # or, strict, from below it (level > vert_k)
+        below = vert[:, None, :] < levels[:, :, None] if strict else vert[:, None, :] <= levels[:, :, None]
+        k = np.clip(np.count_nonzero(below, axis=2) - 1, 0, n_vert - 2)
+        return w_up[rows, k] + slope[rows, k] * (levels - vert[rows, k])
+
+    w_above, w_below = width(False), width(True)
+    area = np.concatenate([np.zeros((n_poly, 1)), np.cumsum(
         0.5 * (w_above[:, :-1] + w_below[:, 1:]) * np.diff(levels, axis=1), axis=1)], axis=1)
-    return np.stack([np.interp(volumes, area[k], levels[k]) for k in range(len(polys))])
+    return np.stack([np.interp(volumes, area[k], levels[k]) for k in range(n_poly)])
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ runs once on each of the first ``eval_episodes`` tasks of the eval split
 ``run_dir/curve.csv``, the learning curve. Metrics (SB3's ``rollout/``, ``train/``, ``time/``
 keys plus the env's episode metrics) go to the taigym logger; with a
 :class:`~taigym.training.loggers.WandbLogger` the run also gets W&B's SB3 callback
-(``wandb.integration.sb3.WandbCallback``). :func:`train_ppo` and :func:`train_sac` are the
+(``wandb.integration.sb3.WandbCallback``). With ``init_from`` (a Minari dataset) a new model's
+actor starts as behaviour cloning of the demonstrations (:mod:`taigym.training.sb3_demos`).
+:func:`train_ppo` and :func:`train_sac` are the
 trainers of ``ppo`` and ``sac``::
 
     from taigym.training.sb3 import train_ppo
@@ -51,6 +53,7 @@ from taigym.agents.sb3 import CHECKPOINT_DIR, ENV_KWARGS_ATTR, MODEL_FILE, SB3Ag
 from taigym.envs import family_of, tasks
 
 from .loggers import NullLogger, WandbLogger
+from .sb3_demos import check_demo_options, clone_into, critic_warmup, demo_pairs
 from .task_eval import batched_spec, evaluate_tasks
 from .vec_env import make_batched_vec_env
 
@@ -253,6 +256,7 @@ def train_sb3(agent_cls: type[SB3Agent], make_env: Callable, cfg: Mapping | None
     if logger is None:
         logger = NullLogger()
     hp = check_cfg(cfg, agent_cls.DEFAULTS, agent_cls.name)
+    check_demo_options(hp, agent_cls.ALGO)
     if hp["torch_threads"]:
         import torch
 
@@ -289,12 +293,17 @@ def train_sb3(agent_cls: type[SB3Agent], make_env: Callable, cfg: Mapping | None
             venv = VecNormalize(venv, norm_obs=bool(hp["normalize_obs"]), norm_reward=bool(hp["normalize_reward"]),
                                 gamma=float(hp.get("gamma", 0.99)))
         model = build_model(algo_cls, hp, venv, algo_keys(hp))
+        if hp["init_from"]:                          # RL from demonstrations: the actor starts as BC
+            obs, actions = demo_pairs(hp["init_from"], hp["init_dataset_root"])
+            logger.log(clone_into(model, obs, actions, hp, venv if normalize else None), step=0)
     setattr(model, ENV_KWARGS_ATTR, dict(hp["policy_env_kwargs"] or {}))
     model.set_logger(_sb3_logger(logger, int(hp["verbose"])))
     remaining = int(hp["total_timesteps"]) - int(model.num_timesteps)
     if remaining > 0:
         callbacks = _make_callbacks(hp, ckpt_dir, logger, saved, off_policy, metrics,
                                     venv if normalize else None)
+        if hp["init_critic_steps"] and model.num_timesteps < int(hp["init_critic_steps"]):
+            callbacks.append(critic_warmup(int(hp["init_critic_steps"])))
         if hp["eval_every"]:
             callbacks.append(_curve_callback(agent_cls, make_eval, hp, run_dir / CURVE_FILE, logger,
                                              venv if normalize else None))
