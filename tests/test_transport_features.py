@@ -104,3 +104,36 @@ def test_numpy_policy_keeps_the_previous_observation_as_training_does():
 def test_previous_rows_restart_at_each_episode():
     obs = np.arange(5.0)[:, None]
     np.testing.assert_array_equal(previous_rows(obs, np.array([0, 0, 0, 1, 1]))[:, 0], [0, 0, 1, 3, 3])
+
+
+def test_boxes_at_the_same_x_keep_their_inputs_as_the_observation_reorders_them():
+    """A wall with a window is two boxes at the same x; the observation lists them nearest the
+    container first, so their order flips as the carry rises past the height between their
+    centres. The policy's inputs must not flip with it."""
+    rng = np.random.default_rng(4)
+    o = carry_obs(rng, 1)
+    below, above = (1.0, 0.6, 0.1, 0.06, 0.2), (1.0, 0.6, 0.45, 0.06, 0.3)   # present, x, z, width, height
+    o[:, 19:24], o[:, 24:29] = below, above
+    flipped = o.copy()
+    flipped[:, 19:24], flipped[:, 24:29] = above, below
+    start = tf.start_features(carry_obs(rng, 1))
+    np.testing.assert_array_equal(tf.featurize(o, start), tf.featurize(flipped, start))
+
+
+def test_a_label_asking_for_a_velocity_jump_turns_the_velocity_at_the_demonstrations_rate():
+    """DAgger's expert labels a learner's state off its plan with the plan's velocity there, a
+    jump its own carries never make; the fit regresses it limited to the largest velocity change
+    of the demonstrations, in the label's direction. Demonstrated labels are kept as they are."""
+    rng = np.random.default_rng(5)
+    p = MLPPolicy(OBS_DIM, 3, [32, 32], features=dict(SPEC))
+    x = p.featurize(carry_obs(rng, 64), carry_obs(rng, 1), carry_obs(rng, 64))
+    held = tf.held_action(x)
+    demos = (held + 0.02 * rng.standard_normal((64, 3))).astype(np.float32)
+    p.set_normalisation(x)
+    p.set_action_scale(x, demos)
+    np.testing.assert_allclose(p.limit_labels(x, demos), demos, atol=1e-6)
+    jump = (held + [0.5, -0.5, 0.5]).astype(np.float32)
+    limited = p.limit_labels(x, jump)
+    change = tf.targets(x, p.in_dim, limited)          # in the frame of travel
+    np.testing.assert_allclose(np.abs(change), np.broadcast_to(p.features["label_limit"], change.shape), rtol=1e-4)
+    assert (np.sign(limited - held) == np.sign(jump - held)).all()

@@ -144,11 +144,28 @@ def output(spec: dict | None, inputs: np.ndarray, net_out):
 
 def fit_action_scale(spec: dict | None, inputs: np.ndarray, actions: np.ndarray) -> None:
     """Set the spec's ``action_scale`` (Transport: each output's spread over the demonstrations
-    ``actions`` for ``inputs``, so that every output is learned at the same scale); a no-op for
-    features whose network regresses the action itself."""
+    ``actions`` for ``inputs``, so that every output is learned at the same scale) and
+    ``label_limit`` (the largest velocity change the demonstrations make, per output: see
+    :func:`limit_labels`); a no-op for features whose network regresses the action itself."""
     if spec and spec["kind"] == "obstacles":
         t = transport_features.targets(inputs, _transport_obs_dim(spec) + extra_dim(spec), actions)
         spec["action_scale"] = [float(v) for v in np.maximum(t.std(0), ACTION_SCALE_FLOOR)]
+        spec["label_limit"] = [float(v) for v in np.maximum(np.abs(t).max(0), ACTION_SCALE_FLOOR)]
+
+
+def limit_labels(spec: dict | None, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """``actions`` (n, act_dim) labelling featurized ``inputs``, with each velocity change limited
+    to the spec's ``label_limit`` (Transport; other features: unchanged). The expert's label at a
+    learner's state off its plan (DAgger) asks for the plan's velocity there at once, a jump the
+    expert's own jerk-limited carries never make, up to tens of the demonstrations' spread of
+    velocity changes: such labels dominated the squared loss of the refits. Limited, a label
+    turns the velocity towards the expert's at the largest rate the demonstrations use."""
+    if not spec or spec["kind"] != "obstacles" or "label_limit" not in spec:
+        return actions
+    in_dim = _transport_obs_dim(spec) + extra_dim(spec)
+    lim = np.asarray(spec["label_limit"])
+    change = np.clip(transport_features.targets(inputs, in_dim, actions), -lim, lim)
+    return np.asarray(transport_features.output(inputs, in_dim, change, 1.0), np.float32)
 
 
 def action_scale(spec: dict | None) -> np.ndarray | float:
@@ -246,5 +263,5 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
     return out if obs.ndim == 2 else out[0]
 
 
-__all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "output", "pour_side",
+__all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "limit_labels", "output", "pour_side",
            "replaced_inputs", "resolve", "start_features"]

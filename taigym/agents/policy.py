@@ -33,7 +33,8 @@ from gymnasium import spaces
 from torch import nn
 
 from .base import Agent
-from .features import action_scale, extra_dim, featurize, fit_action_scale, output, replaced_inputs, start_features
+from .features import action_scale, extra_dim, featurize, fit_action_scale, limit_labels, output, replaced_inputs, \
+    start_features
 
 DEFAULT_HIDDEN = [256, 256]  # widths of the hidden layers
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -119,6 +120,10 @@ class MLPPolicy(nn.Module):
     def set_action_scale(self, inputs: np.ndarray, actions: np.ndarray) -> None:
         """From featurized inputs (n, in_dim) and their actions (features.fit_action_scale)."""
         fit_action_scale(self.features, inputs, actions)
+
+    def limit_labels(self, inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The labels of featurized ``inputs`` a fit regresses (features.limit_labels)."""
+        return limit_labels(self.features, inputs, actions)
 
     def action_scale(self) -> torch.Tensor:
         """(act_dim,): the scale of the network's outputs (the fit's loss divides by it)."""

@@ -11,8 +11,9 @@ outputs are multiplied by ``s`` (:func:`action_sign`), so that carries to the le
 right are one problem, learned from all the demonstrations.
 
 The boxes, which the observation lists by distance to the container (an order that changes as
-it moves), come sorted by how far along the direction of travel they are from the start (an
-order fixed for the episode), each as the distances a planner reasons with, from the
+it moves), come sorted by how far along the direction of travel they are from the start, boxes
+at the same x (a wall's two sides of its window, a shelf's two boards) lowest first (an order
+fixed for the episode), each as the distances a planner reasons with, from the
 container's outline (its top radius across, its height up): how far ahead its near face and its
 far face are (m, along ``s``), how far its top is above the container's bottom and how far its
 underside is above the container's rim (m), and the gap between the two outlines (m, the largest
@@ -90,8 +91,11 @@ def featurize(x: np.ndarray, start_part: np.ndarray, prev: np.ndarray | None = N
     px = _travel(x[:, POSE:POSE + 1], s)
     pz = x[:, POSE + 1:POSE + 2]
     centre = _travel(slots[..., 1], s)
-    # boxes in the order the carry meets them (from the start, along s); absent slots last
-    order = np.argsort(np.where(present, centre - x0, np.inf), axis=1, kind="stable")
+    # boxes in the order the carry meets them (from the start, along s), boxes at the same x (a
+    # wall's two sides of its window, a shelf's two boards) lowest first; absent slots last. A tie
+    # left to the observation's order (nearest the container first) swapped the two boxes' inputs
+    # as the carry crossed the height between their centres, inside the window
+    order = np.lexsort((slots[..., 2], np.where(present, centre - x0, np.inf)), axis=-1)
     slots, centre = (np.take_along_axis(a, order[..., None], axis=1) for a in (slots, centre[..., None]))
     present = np.take_along_axis(present, order, axis=1)
     r, h = x[:, TOP_RADIUS:TOP_RADIUS + 1], x[:, HEIGHT:HEIGHT + 1]

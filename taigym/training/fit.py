@@ -126,6 +126,7 @@ class Fit:
         if renormalise:
             policy.set_normalisation(self.obs[self.train_idx])
             policy.set_action_scale(self.obs[self.train_idx], self.act[self.train_idx])
+        self.act = policy.limit_labels(self.obs, self.act)
         # the loss in units of the network's outputs (1 unless it predicts scaled velocity changes)
         self.inv_scale = 1.0 / policy.action_scale()
         self.opt = torch.optim.Adam(policy.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
