@@ -113,6 +113,24 @@ def to_container(cfg) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
+def test_a_datasets_root_does_not_name_the_train_run_directory(tmp_path):
+    """Where a dataset's files are (``dataset_root``) is not part of what is trained: two roots give
+    one run directory, and an absolute path does not nest the directory one level per '/'."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    def run_dir(*overrides: str) -> str:
+        with initialize_config_module("taigym.conf", version_base="1.3"):
+            cfg = hydra_compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
+        return cfg.hydra.job.override_dirname
+
+    base = ["agent=bc", "env=transport", "agent.max_epochs=3"]
+    a = run_dir(*base, f"agent.dataset_root={tmp_path / 'a'}")
+    b = run_dir(*base, f"agent.dataset_root={tmp_path / 'b'}", "agent.progress=false")
+    assert a == b == "agent.max_epochs=3"
+    assert run_dir("agent=ppo", "env=pour_simplified", f"agent.init_dataset_root={tmp_path}") == ""
+
+
 def test_agent_options_from_configs():
     cfg = compose("evaluate", ["agent=sqp", "planner.final_lean=2.2"])
     opts = common.agent_options(cfg.agent, cfg.planner)
