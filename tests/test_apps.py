@@ -34,12 +34,12 @@ CONF = REPO / "taigym" / "conf"
 TINY_PPO = ["agent.n_envs=4", "agent.n_steps=128", "agent.batch_size=128", "agent.progress_bar=false"]
 
 
-def compose(config: str, overrides: list[str]):
+def compose(config: str, overrides: list[str], **kwargs):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
     with initialize_config_module("taigym.conf", version_base="1.3"):
-        return hydra_compose(config_name=config, overrides=overrides)
+        return hydra_compose(config_name=config, overrides=overrides, **kwargs)
 
 
 def run_app(app: str, *args: str, timeout: float = 240, ok: bool = True, cwd=REPO) -> subprocess.CompletedProcess:
@@ -116,13 +116,8 @@ def to_container(cfg) -> dict:
 def test_a_datasets_root_does_not_name_the_train_run_directory(tmp_path):
     """Where a dataset's files are (``dataset_root``) is not part of what is trained: two roots give
     one run directory, and an absolute path does not nest the directory one level per '/'."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
     def run_dir(*overrides: str) -> str:
-        with initialize_config_module("taigym.conf", version_base="1.3"):
-            cfg = hydra_compose(config_name="train", overrides=list(overrides), return_hydra_config=True)
-        return cfg.hydra.job.override_dirname
+        return compose("train", list(overrides), return_hydra_config=True).hydra.job.override_dirname
 
     base = ["agent=bc", "env=transport", "agent.max_epochs=3"]
     a = run_dir(*base, f"agent.dataset_root={tmp_path / 'a'}")
