@@ -4,13 +4,9 @@ adjacent stances, each checked by the stance IK (:mod:`.stance_ik`).
 * Stances are **adjacent** when one is the other plus (Adj+) or minus (Adj-) one contact. In
   Adj+ the new contact's position is left undetermined (the paper's equivalence class
   [sigma']); the IK chooses it, pulled towards the goal.
-* On a plane a lone sole cannot stand on (steeper than the part of its friction cone the plan
-  uses: the slope family), a foot's Adj+ has a second class, its place at most SHORT_REACH
-  ahead: the farthest place leaves the feet too far apart to release the rear one.
 * The **search**: best-first over stances (priority: distance of the feet contacts to the goal
-  over a step length, plus the hands' discounted, plus a small cost per stance), lazily: a
-  neighbour (Adj+ or Adj-) is queued with an optimistic priority and its IK solved only when it
-  is popped; stances are
+  over a step length, plus a small cost per stance), lazily: a neighbour (Adj+ or Adj-) is
+  queued with an optimistic priority and its IK solved only when it is popped; stances are
   identified on a 5 cm grid of contact positions. It runs until both feet are within the task's
   goal radius, within a budget of expanded stances (``max_nodes``; the outcome does not depend
   on the machine's speed) and optionally of wall time. It returns a :class:`Plan` whose
@@ -26,7 +22,6 @@ names their users need.
 from __future__ import annotations
 
 import heapq
-import math
 import time
 
 import numpy as np
@@ -47,10 +42,7 @@ __all__ = ["COM_ACCEL_MARGIN", "Contact", "FOOT_PLANE_CLEARANCE", "GRASP_GENERAT
            "terrain_height"]
 
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
-SHORT_REACH = 0.45      #: m, a foot's second Adj+ class: its place chosen at most this far ahead
 SINGLE_SUPPORT_COST = 3.0   #: search cost (step lengths) of a one-contact stance left by releasing a hand
-HAND_DISCOUNT = 3.0     # the heuristic counts the hands' goal distance divided by this,
-CLIMB_HAND_DISCOUNT = 1.0   # or by this where the feet climb a plane a lone sole cannot stand on (_heuristic)
 STEP_LENGTH = 0.3       #: m, heuristic scale: one stance change moves a foot about this far
 COM_ACCEL_MARGIN = 0.4  # m/s^2, least CoM acceleration a sole-and-hands support must give (see _line_support_ok)
 
@@ -61,27 +53,16 @@ def _feet_mid(model: StanceModel, stance) -> np.ndarray | None:
     return np.mean(feet, axis=0) if feet else None
 
 
-def _heuristic(model: StanceModel, stance, goal: np.ndarray, hand_discount: float = HAND_DISCOUNT) -> float:
+def _heuristic(model: StanceModel, stance, goal: np.ndarray) -> float:
     """Goal distance in step lengths: of the feet contacts (each missing foot adds half a
-    step), plus that of the hands from a point 1 m above the goal over ``hand_discount`` (hands
-    lead: on a ladder or a rail they go up and ahead of the feet).
-
-    Where the feet climb a plane steeper than a sole's cone (:func:`climbs_beyond_sole_cone`) the
-    hands weigh as much as the feet (CLIMB_HAND_DISCOUNT): no stance on that plane alone is balanced,
-    so the rail hand cannot move once both feet are on it and where it was grasped from the floor
-    bounds the climb. At a third, the searches on eval slopes 8, 12 grasped the rail 0.7-0.8 m up
-    it, climbed till both feet stood below that hand and spent their 400 stances there."""
+    step), plus a third of that of the hands from a point 1 m above the goal (hands lead: on a
+    ladder or a rail they go up and ahead of the feet)."""
     feet = [model.target(c)[0] for c in stance if c.limb in hum.FEET]
     d = np.mean([np.linalg.norm(f - goal) for f in feet]) if feet else 10.0
     hands = [model.target(c)[0] for c in stance if c.limb in hum.HANDS]
     lead = goal + np.array([0.0, 0.0, 1.0])
     dh = np.mean([np.linalg.norm(h - lead) for h in hands]) if hands else 1.0
-    return (d + dh / hand_discount) / STEP_LENGTH + 0.5 * (2 - len(feet))
-
-
-def climbs_beyond_sole_cone(model: StanceModel) -> bool:
-    """Whether the feet may stand on a plane too steep for a lone sole (:func:`beyond_sole_cone`)."""
-    return any(beyond_sole_cone(s) and any(l in hum.FEET for l in s.limbs) for s in model.surfaces.values())
+    return (d + dh / 3.0) / STEP_LENGTH + 0.5 * (2 - len(feet))
 
 
 def move_signature(stance, child) -> tuple:
@@ -136,8 +117,7 @@ def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 
         # child re-enters with its true priority. Most children are never popped, so the IK
         # runs about once per expansion instead of once per neighbour.
         counter = 0
-        hw = CLIMB_HAND_DISCOUNT if climbs_beyond_sole_cone(model) else HAND_DISCOUNT
-        queue = [(_heuristic(model, stance0, goal, hw), counter, 0.0, stance0, step0, None, None)]
+        queue = [(_heuristic(model, stance0, goal), counter, 0.0, stance0, step0, None, None)]
         seen = {stance_key(stance0)}
         nodes = {}
         while queue:
@@ -156,7 +136,7 @@ def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 
                     continue
                 seen.add(ck)
                 counter += 1
-                heapq.heappush(queue, (g + _heuristic(model, child, goal, hw), counter, g, child, cstep, parent, None))
+                heapq.heappush(queue, (g + _heuristic(model, child, goal), counter, g, child, cstep, parent, None))
                 continue
             key = stance_key(stance)
             nodes[key] = (stance, step, parent)
@@ -183,7 +163,7 @@ def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 
                 # onto that sole fell on four step tasks
                 c = 0.2 + (SINGLE_SUPPORT_COST if len(estimate) == 1 and any(x.limb in hum.HANDS for x in stance)
                            else 0.0)
-                heapq.heappush(queue, (g + c + _heuristic(model, estimate, goal, hw), counter, g + c, estimate,
+                heapq.heappush(queue, (g + c + _heuristic(model, estimate, goal), counter, g + c, estimate,
                                        None, key, move))
         out.status = "exhausted"
         return out
@@ -206,12 +186,6 @@ def _line_support_ok(model: StanceModel, step: Step) -> bool:
         return True
     model.set((step.base_pos, step.base_quat, step.q))
     return com_accel_margin(model, step.support, model.robot.com_and_jacobian()[0]) >= COM_ACCEL_MARGIN
-
-
-def beyond_sole_cone(s) -> bool:
-    """Whether a lone sole cannot stand on plane ``s``: it is inclined beyond the part of its
-    friction cone the plan may use (MU_MARGIN)."""
-    return s.kind == "plane" and float(s.normal[2]) < math.cos(math.atan(MU_MARGIN * s.mu))
 
 
 def _on_bar(model: StanceModel, new: Contact) -> bool:
@@ -254,30 +228,24 @@ def adjacent_moves(model: StanceModel, stance, x0, goal):
             if lo > hi:
                 continue
             goal_dir = float(np.sign((goal - s.point(0.5 * (lo + hi))) @ t)) or 1.0
-            ranges = [(lo, hi)]
-            if limb in hum.FEET and beyond_sole_cone(s):
-                short = (lo, min(hi, u_now + SHORT_REACH)) if goal_dir > 0 else (max(lo, u_now - SHORT_REACH), hi)
-                if short[0] <= short[1] and short != (lo, hi):
-                    ranges.append(short)
-            for lo_, hi_ in ranges:
-                free = Contact(limb, s.name, float(np.clip(u_now + 0.25 * goal_dir, lo_, hi_)))
-                far = Contact(limb, s.name, hi_ if goal_dir > 0 else lo_)
+            free = Contact(limb, s.name, float(np.clip(u_now + 0.25 * goal_dir, lo, hi)))
+            far = Contact(limb, s.name, hi if goal_dir > 0 else lo)
 
-                def solve(free=free, lo=lo_, hi=hi_, goal_dir=goal_dir):
-                    res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
-                                   goal_dir=goal_dir)
-                    if res is None:
+            def solve(free=free, lo=lo, hi=hi, goal_dir=goal_dir):
+                res = solve_ik(model, x0, tuple(stance) + (free,), stance, free=free, u_bounds=(lo, hi),
+                               goal_dir=goal_dir)
+                if res is None:
+                    return None
+                step = res[0]
+                model.set(x0)
+                if free.limb in hum.FEET and not _on_bar(model, free):
+                    # the paper: a step is a move only if a transition between its stances exists
+                    step.transition = solve_transition(model, x0, step, free.limb)
+                    if step.transition is None:
                         return None
-                    step = res[0]
-                    model.set(x0)
-                    if free.limb in hum.FEET and not _on_bar(model, free):
-                        # the paper: a step is a move only if a transition between its stances exists
-                        step.transition = solve_transition(model, x0, step, free.limb)
-                        if step.transition is None:
-                            return None
-                    return tuple(sorted(step.touching)), step
+                return tuple(sorted(step.touching)), step
 
-                yield tuple(sorted(tuple(stance) + (far,))), solve
+            yield tuple(sorted(tuple(stance) + (far,))), solve
     if len(stance) >= 2:
         for c in stance:
             rest = tuple(x for x in stance if x is not c)
