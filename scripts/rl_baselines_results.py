@@ -6,8 +6,9 @@ seed=<k> ...`` run. From it:
 
 * the final row: ``result.json`` (the train app's evaluation of the final policy on the first
   ``eval_episodes`` eval tasks: every metric of the env with its 95 % interval, Wilson for
-  rates and Student t for means; train seconds; the load average at the end), the env steps
-  trained (``checkpoints/state.json``) and ``train_config.json``'s agent, env and seed;
+  rates and Student t for means; the load average at the end), the training seconds summed
+  over the sessions of a resumed run (``metrics.csv``), the env steps trained
+  (``checkpoints/state.json``) and ``train_config.json``'s agent, env and seed;
 * the curve: ``curve.csv`` when the run evaluated on the eval tasks as it trained
   (``agent.eval_every``: success on the eval tasks, the mean return of the training episodes
   since the previous point), else the training episodes' metrics that the console logger wrote
@@ -56,6 +57,23 @@ def run_info(run: Path) -> dict:
     return {"agent": config["agent"]["name"], "env": config["env"]["name"], "seed": config["seed"], "env_steps": steps}
 
 
+def logged_seconds(run: Path) -> float:
+    """Training seconds over every session of a resumed run: the sum of each session's last
+    ``time/time_elapsed`` (SB3's, counted from the start of each ``learn``) in ``metrics.csv``."""
+    path, total, last = run / "metrics.csv", 0.0, 0.0
+    if not path.exists():
+        return 0.0
+    with path.open(newline="") as f:
+        for r in csv.DictReader(f):
+            t = _num(r.get("time/time_elapsed"))
+            if math.isnan(t):
+                continue
+            if t < last:                          # a new session
+                total += last
+            last = t
+    return total + last
+
+
 def final_row(run: Path) -> dict | None:
     """The run's final evaluation (``result.json``), or None while it trains."""
     path = run / "result.json"
@@ -68,7 +86,8 @@ def final_row(run: Path) -> dict | None:
         if key.endswith("_ci95") and key != "success_ci95":
             name = key[:-len("_ci95")]
             others.append(f"{name.removeprefix('mean_')} {head[name]:.3g} {_fmt_ci(value)}")
-    return {**info, "train_seconds": round(result["train_seconds"]), "load_1min": result["load"][0],
+    seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
+    return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0],
             "episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
             "mean_return": round(head.get("mean_return", math.nan), 3), "metrics": "; ".join(others)}
 

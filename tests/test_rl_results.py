@@ -1,6 +1,7 @@
 """scripts/rl_baselines_results.py on train run directories: a finished run gives a row with
-the final evaluation's success and 95 % interval, a run still training gives its curve and no
-row, and a run that evaluated as it trained gives the eval tasks' curve."""
+the final evaluation's success and 95 % interval and the training seconds of all its sessions,
+a run still training gives its curve and no row, and a run that evaluated as it trained gives
+the eval tasks' curve."""
 
 from __future__ import annotations
 
@@ -37,11 +38,12 @@ def _csv(path: Path, rows: list[dict]) -> None:
 def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     mod = _script()
     done = _run(tmp_path, "sac", "transport", 30000)
-    _csv(done / "metrics.csv", [
-        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0"},     # no episode ended: skipped
-        {"step": 2000, "rollout/success": "0.25", "rollout/ep_rew_mean": "-2.0"}])
+    _csv(done / "metrics.csv", [                 # resumed once: SB3's time_elapsed starts again
+        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0", "time/time_elapsed": 50},
+        {"step": 2000, "rollout/success": "0.25", "rollout/ep_rew_mean": "-2.0", "time/time_elapsed": 100},
+        {"step": 2500, "rollout/success": "", "rollout/ep_rew_mean": "", "time/time_elapsed": 20}])
     (done / "result.json").write_text(json.dumps({
-        "train_seconds": 123.4, "load": [5.5, 5.0, 4.0],
+        "train_seconds": 23.4, "load": [5.5, 5.0, 4.0],
         "eval": {"episodes": 20, "success_rate": 0.1, "success_ci95": [0.03, 0.3], "mean_spilled": 0.02,
                  "mean_spilled_ci95": [0.01, 0.03], "mean_return": -1.5}}))
     training = _run(tmp_path, "ppo", "pour_simplified", 50000)
@@ -52,6 +54,7 @@ def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     row = rows[0]
     assert (row["agent"], row["env"], row["seed"], row["env_steps"]) == ("sac", "transport", 1, 30000)
     assert row["success"] == 0.1 and row["success_ci95"] == "[0.03, 0.30]" and row["episodes"] == 20
+    assert row["train_seconds"] == 120                # both sessions, not the last one's 23.4
     assert row["metrics"] == "spilled 0.02 [0.01, 0.03]"
     assert [(p["steps"], p["success"], p["return"]) for p in mod.curve(done)] == [(2000, 0.25, -2.0)]
     point = mod.curve(training)[0]
