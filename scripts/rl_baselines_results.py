@@ -35,7 +35,7 @@ from taigym.apps.common import save_figure, write_csv, write_result_meta
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW_FIELDS = ("agent", "env", "seed", "env_steps", "train_seconds", "load_1min", "episodes", "success",
-              "success_ci95", "mean_return", "metrics")
+              "success_ci95", "mean_return", "return_ci95", "metrics")
 CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return")
 
 
@@ -83,13 +83,16 @@ def final_row(run: Path) -> dict | None:
     head = result["eval"]
     others = []                                   # every other metric with its interval, in one cell
     for key, value in head.items():
-        if key.endswith("_ci95") and key != "success_ci95":
-            name = key[:-len("_ci95")]
-            others.append(f"{name.removeprefix('mean_')} {head[name]:.3g} {_fmt_ci(value)}")
+        name = key[:-len("_ci95")]
+        if key.endswith("_ci95") and key not in ("success_ci95", "mean_return_ci95") and math.isfinite(head[name]):
+            short = name.removeprefix("mean_").removesuffix("_rate")
+            others.append(f"{short} {head[name]:.3g} [{value[0]:.3g}, {value[1]:.3g}]")
     seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
     return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0],
             "episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
-            "mean_return": round(head.get("mean_return", math.nan), 3), "metrics": "; ".join(others)}
+            "mean_return": round(head.get("mean_return", math.nan), 3),
+            "return_ci95": "[{:.3g}, {:.3g}]".format(*head.get("mean_return_ci95", (math.nan, math.nan))),
+            "metrics": "; ".join(others)}
 
 
 def curve(run: Path) -> list[dict]:
@@ -123,6 +126,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             steps = [r["steps"] / 1e3 for r in line]
             axes[0, j].plot(steps, [r["success"] for r in line], marker="o", ms=2, label=label)
             axes[1, j].plot(steps, [r["return"] for r in line], marker="o", ms=2, label=label)
+        budgets = [max(r["steps"] for r in mine if r["agent"] == a) for a in {r["agent"] for r in mine}]
+        if max(budgets) > 5 * min(budgets):           # agents' budgets of different scales (PPO 2M, SAC 150k)
+            for ax in axes[:, j]:
+                ax.set_xscale("log")
         axes[0, j].set_title(env)
         axes[0, j].set_ylim(-0.02, 1.02)
         axes[0, j].set_ylabel("success")

@@ -55,7 +55,7 @@ def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     assert (row["agent"], row["env"], row["seed"], row["env_steps"]) == ("sac", "transport", 1, 30000)
     assert row["success"] == 0.1 and row["success_ci95"] == "[0.03, 0.30]" and row["episodes"] == 20
     assert row["train_seconds"] == 120                # both sessions, not the last one's 23.4
-    assert row["metrics"] == "spilled 0.02 [0.01, 0.03]"
+    assert row["metrics"] == "spilled 0.02 [0.01, 0.03]" and row["return_ci95"] == "[nan, nan]"
     assert [(p["steps"], p["success"], p["return"]) for p in mod.curve(done)] == [(2000, 0.25, -2.0)]
     point = mod.curve(training)[0]
     assert point["source"] == "eval tasks" and point["success"] == 0.4 and point["return"] == -0.5
