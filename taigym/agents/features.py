@@ -50,8 +50,8 @@ episode's length are those of the env it was trained in; tasks with another box 
 lookaheads), or ``{"kind": "none"}``.
 
 ``"plan"`` (Pour3D-v0, :mod:`taigym.agents.pour3d_features`): the network sees the episode's
-first observation and the time, and predicts S's pose in the pour plane relative to its start
-(sqp's plan as a function of the task), which the action steers to through the arm's Jacobian;
+first observation, the time, S's lean and the liquid in S and T, and predicts S's pose in the pour
+plane relative to its start (sqp's plan), which the action steers to through the arm's Jacobian;
 spec ``{"kind": "plan", "obs_dim", "dt", "max_speed", "action_scale"}``.
 """
 
@@ -146,7 +146,7 @@ def replaced_inputs(spec: dict | None) -> list[int]:
     """Indices of the featurized input the policy must not see: observation entries the
     features re-express (Transport's room frame) and the direction of travel, which the policy
     applies to its output instead (:func:`output`); on Pour3D-v0 (``"plan"``) the current
-    observation but the time."""
+    observation but the time, S's lean and the liquid, and the Jacobian terms."""
     if spec and spec["kind"] == "plan":
         return pour3d_features.hidden_entries(spec["obs_dim"])
     if not spec or spec["kind"] != "obstacles":
@@ -305,5 +305,4 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
 
 
 __all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "limit_labels", "net_dim", "output",
-           "pour_side",
-           "replaced_inputs", "resolve", "start_features"]
+           "pour_side", "replaced_inputs", "resolve", "start_features"]

@@ -13,8 +13,8 @@ liquid left in S); regressing the joint angles from the task, it erred by 5 cm a
 observation (kept by the policy from its first decision), S's distance to T and height under T's
 opening there, the time (obs 35, time / horizon), S's lean (obs 32) and the liquid's fractions
 in S and in T (obs 36-37); it does not see the rest of the current observation (hidden:
-:func:`hidden_entries`), the joint velocities (the last action) above all. It predicts where S should be in the pour plane relative to its
-start: along the horizontal direction from S's start to T (``u``, m), up (m), and its lean
+:func:`hidden_entries`), the joint velocities (the last action) above all. It predicts where S
+should be in the pour plane relative to its start: along the horizontal direction from S's start to T (``u``, m), up (m), and its lean
 towards T (rad): the 2D plan, with the pour side built in. The action steers S there within a
 control step, through the arm's Jacobian at the observed joint angles (the Panda's kinematics,
 :class:`taigym.envs.panda.PandaArm`): the joint velocities of least norm that move S's origin
@@ -36,8 +36,6 @@ inputs).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
