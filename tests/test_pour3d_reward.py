@@ -14,30 +14,14 @@ GAMMA = 0.9
 ACTIONS = [np.array([0.1, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3], np.float32)] * 12
 
 
-def _rollout(mode):
-    # coarse grid, 10-step horizon: the solver is compiled once (the closed env's is reused)
-    env = gym.make("taigym/Pour3D-v0", reward_mode=mode, shaping_gamma=GAMMA, horizon=0.5, dx=0.012)
-    try:
-        task = taigym.envs.tasks("pour3d", "eval")[0]
-        _, info = env.reset(seed=0, options={"task": task})
-        assert all(info["reward_" + k] == 0.0 for k in REWARD_TERMS[mode])
-        phi0 = dict(env.unwrapped.phi)
-        steps = [(0.0, info)]
-        for a in ACTIONS:
-            _, r, term, trunc, info = env.step(a)
-            assert tuple(k[7:] for k in info if k.startswith("reward_")) == REWARD_TERMS[mode]
-            assert r == pytest.approx(sum(info["reward_" + k] for k in REWARD_TERMS[mode]), abs=1e-12)
-            steps.append((r, info))
-            if term or trunc:
-                return phi0, steps
-        raise AssertionError("the episode did not end")
-    finally:
-        env.close()
-
-
 @pytest.fixture(scope="module")
-def runs():
-    return {mode: _rollout(mode) for mode in ("increase", "dense", "sparse")}
+def runs(reward_rollout):
+    # coarse grid, 10-step horizon: the solver is compiled once (the closed env's is reused)
+    task = taigym.envs.tasks("pour3d", "eval")[0]
+    kwargs = dict(shaping_gamma=GAMMA, horizon=0.5, dx=0.012)
+    return {mode: reward_rollout(gym.make("taigym/Pour3D-v0", reward_mode=mode, **kwargs), task, ACTIONS,
+                                 REWARD_TERMS[mode])
+            for mode in ("increase", "dense", "sparse")}
 
 
 def test_default_is_the_reward_as_before(runs):

@@ -61,7 +61,9 @@ reset), and they sum to the reward.
 
 ``"dense"`` adds Pour-v0's potential-based shaping (Ng, Harada & Russell 1999;
 ``taigym.envs.pour_reward``) to ``"increase"``: the approach potential brings a lip over T
-before any tilt, the lean potential rewards tilting only while the liquid would land in T. Phi
+before any tilt, the lean potential rewards tilting only while the liquid would land in T. Both
+are measured in the pour plane: S's offset across it does not count (the liquid's box is 0.18 m
+across, and a step that would take S out of it is not taken). Phi
 is 0 on the step that ends an episode (termination or truncation: the time is in the
 observation), so the shaping adds -Phi(s_0) to the ``shaping_gamma``-discounted return whatever
 the agent does: for a learner with that discount (default 0.99) the optimal policies of
@@ -309,16 +311,18 @@ class Pour3DEnv(gym.Env):
         self.velocity = np.zeros(6)
         self._read()
         self.info = self._info()
+        if self.reward_mode == "dense":    # the cross-sections' lips and T's opening (m), fixed in an episode
+            source, target = scene.section.source_shape(self.wall), scene.section.target_shape(self.wall)
+            (lx, _), (rx, _) = target.lips
+            self._openings = (source.lips, target.opening_centre, 0.5 * abs(rx - lx))
         self.phi = self._potentials() if self.reward_mode == "dense" else {}
         return self._obs(), {**self.info, **{"reward_" + k: 0.0 for k in REWARD_TERMS[self.reward_mode]}}
 
     def _potentials(self) -> dict[str, float]:
-        """The dense mode's potentials (Pour-v0's, ``taigym.envs.pour_reward``) in the pour plane."""
-        sec = self.scene.section
-        source, target = sec.source_shape(self.wall), sec.target_shape(self.wall)
-        (lx, _), (rx, _) = target.lips
-        approach, lean = potentials(self.plane_pose(), self.scene.t_pose[:2], 0.0, source.lips,
-                                    target.opening_centre, 0.5 * abs(rx - lx))
+        """The dense mode's potentials (Pour-v0's, ``taigym.envs.pour_reward``) in the pour plane
+        (T is static: its speed is 0)."""
+        lips, t_oc, t_half = self._openings
+        approach, lean = potentials(self.plane_pose(), self.scene.t_pose[:2], 0.0, lips, t_oc, t_half)
         return {"approach": float(approach), "lean": float(lean)}
 
     def _load_world(self, task: Pour3DTask, scene: PlaneScene, jitter: int) -> None:
