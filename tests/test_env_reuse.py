@@ -51,8 +51,9 @@ def check_reuse(env_id: str, steps: int = 4) -> None:
         first.step(np.zeros(first.action_space.shape))
 
 
-def test_transport_reuses_the_closed_envs_solver_with_the_same_transitions():
-    check_reuse("taigym/Transport-v0")
+@pytest.mark.parametrize("env_id", ["taigym/Transport-v0", "taigym/Pour-v0"])
+def test_2d_envs_reuse_the_closed_envs_solver_with_the_same_transitions(env_id):
+    check_reuse(env_id)
 
 
 @pytest.mark.integration

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from taigym.sim import pool
 from taigym.sim.constants import CONTROL_DT, GRAVITY
 
 from . import render
@@ -27,10 +28,6 @@ N_BODIES = 2 + MAX_OBSTACLES
 PARKED_BOX_SIZE = 0.005                           # m
 PARKED_POSE = (-0.1, -0.1, 0.0)
 PENETRATION_EPS = 1e-6   # m: a move may deepen S's contact with T or an obstacle by this much
-
-# Built worlds handed back by closed envs, by (resolution, batch size, capacity, arch): Taichi
-# compiles the solver's kernels anew for every solver instance, which costs seconds.
-_WORLD_POOL: dict[tuple, list] = {}
 
 
 class Member:
@@ -96,27 +93,29 @@ class PourBatch:
         if self.world is not None:
             return
         cfg = self.cfg
-        key = (cfg.resolution, self.B, cfg.capacity, cfg.arch)
+        # built worlds are kept by what is fixed at construction (sim.pool): Taichi compiles the
+        # solver's kernels anew for every solver instance, which costs seconds
+        self._key = ("PourBatch", cfg.resolution, self.B, cfg.capacity, cfg.arch)
         # unknown contents (a pooled world's slots hold its last tasks' obstacles): reset_member
         # sets every slot the first time
         self._slots = [[None] * MAX_OBSTACLES for _ in range(self.B)]
-        pooled = _WORLD_POOL.get(key)
-        if pooled:
-            self.world, self._key = pooled.pop(), key
-            return
-        from taigym import sim
 
-        w = sim.World2D(size=DOMAIN, cells=cfg.resolution, viscosity=task.viscosity,
-                        arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity,
-                        settle_speed=SETTLE_SPEED)
-        w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
-        w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
-        # the obstacle slots exist in every world, so that its layout (and the pool) does not
-        # depend on the task
-        for _ in OBSTACLE_HANDLES:
-            w.add_body(sim.Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), pose=PARKED_POSE)
-        w.build()
-        self.world, self._key = w, key
+        def build():
+            from taigym import sim
+
+            w = sim.World2D(size=DOMAIN, cells=cfg.resolution, viscosity=task.viscosity,
+                            arch=cfg.arch, seed=0, batch_size=self.B, max_particles=cfg.capacity,
+                            settle_speed=SETTLE_SPEED)
+            w.add_body(task.source_shape(cfg.wall_thickness), pose=task.source_pose)
+            w.add_body(task.target_shape(cfg.wall_thickness), pose=task.target_pose_at(0.0))
+            # the obstacle slots exist in every world, so that its layout (and the pool) does
+            # not depend on the task
+            for _ in OBSTACLE_HANDLES:
+                w.add_body(sim.Box(PARKED_BOX_SIZE, PARKED_BOX_SIZE), pose=PARKED_POSE)
+            w.build()
+            return w
+
+        self.world = pool.take(self._key, build)
 
     def release(self) -> None:
         """Hand the world back to the pool, for the next env with the same grid and batch size.
@@ -126,7 +125,7 @@ class PourBatch:
         saves the solver's allocation and kernel compilation.
         """
         if self.world is not None:
-            _WORLD_POOL.setdefault(self._key, []).append(self.world)
+            pool.give(self._key, self.world)
             self.world = None
             for m in self.members:
                 m.task = None
