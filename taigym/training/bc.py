@@ -73,10 +73,10 @@ from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
 from taigym.data import transitions
 from taigym.envs import family_of
 
+from .carry_labels import check_options, split_ids, with_replays
 from .common import learner_setup, load_demos, rollout_metrics, selection_score, selection_tasks, \
     start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
-from .carry_labels import check_options, split_ids, with_replays
 
 DEFAULTS = dict(dataset=None, dataset_root=None, expert=None, expert_options={}, episodes=50,
                 success_only=True, max_labels=None, perturb=None, workers=1, **TRAIN_DEFAULTS,

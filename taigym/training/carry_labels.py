@@ -7,7 +7,7 @@ cm a side), and a cloned policy drifts 1-2 cm off them in closed loop, where the
 never were: it collides or stops short. ``sfrrt`` replans only from rest, so DAgger's labels at a
 moving learner's state were "stop" or "jump back to the plan" (of a new RRT* draw, another route
 than the demonstration's). Here every label is ``sfrrt``'s own tracking law
-(:meth:`taigym.agents.sfrrt.SFRRTAgent.act`) with the recorded carry as the plan: the recorded
+(:func:`taigym.agents.sfrrt.tracking_action`, what :meth:`~taigym.agents.sfrrt.SFRRTAgent.act` does) with the recorded carry as the plan: the recorded
 velocity one sample later plus ``gain`` times the predicted position error then. On the recorded
 states it gives the recorded actions.
 
@@ -36,9 +36,9 @@ import json
 import numpy as np
 
 from taigym.agents.base import check_ranges
-from taigym.agents.sfrrt import PATH_WINDOW
+from taigym.agents.sfrrt import PATH_WINDOW, tracking_action
 from taigym.agents.transport_features import GOAL, POSE, SLOT_SIZE, SLOTS, TO_GOAL, VEL, n_slots
-from taigym.envs.transport import MAX_VELOCITY, observation_bounds
+from taigym.envs.transport import observation_bounds
 from taigym.planners.sfrrt import SFRRTConfig
 from taigym.sim.constants import CONTROL_DT
 
@@ -61,16 +61,6 @@ def offsets(n: int, std: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarr
     ramp, dramp = 1.0 - g, 2.0 * t / RAMP ** 2 * g
     wave, dwave = a + b * np.sin(w * t + phi), b * w * np.cos(w * t + phi)
     return ramp * wave, dramp * wave + ramp * dwave
-
-
-def tracking_labels(plan_pos: np.ndarray, plan_vel: np.ndarray, pos: np.ndarray, vel: np.ndarray,
-                    gain: float) -> np.ndarray:
-    """Actions (n, 3, in [-1, 1]) of ``sfrrt``'s tracking law at states (``pos``, ``vel``) (n, 3)
-    for the plan's samples one step later (``plan_pos``, ``plan_vel``) (n, 3): the plan's velocity
-    plus ``gain`` of the predicted position error, per step."""
-    predicted = pos + 0.5 * (vel + plan_vel) * CONTROL_DT
-    v = plan_vel + gain * (plan_pos - predicted) / CONTROL_DT
-    return np.clip(v / MAX_VELOCITY, -1.0, 1.0)
 
 
 def perturbed_obs(obs: np.ndarray, d: np.ndarray, dv: np.ndarray) -> np.ndarray:
@@ -98,7 +88,7 @@ def perturbed_episode(ep, pose_std: float, tilt_std: float, gain: float, rng: np
     d, dv = offsets(len(plan) - 1, np.array([pose_std, pose_std, tilt_std]), rng)
     states = plan[:-1]
     new_obs = perturbed_obs(states, d, dv)
-    labels = tracking_labels(plan[1:, POSE:POSE + 3], plan[1:, VEL:VEL + 3],
+    labels = tracking_action(plan[1:, POSE:POSE + 3], plan[1:, VEL:VEL + 3],
                              new_obs[:, POSE:POSE + 3].astype(np.float64), new_obs[:, VEL:VEL + 3].astype(np.float64),
                              gain).astype(np.float32)
     last = perturbed_obs(plan[-1:], d[-1:], dv[-1:])  # the state after the last label (not labelled)
@@ -191,8 +181,7 @@ class RecordedCarry:
         d[:, 2] *= TILT_WEIGHT
         self.k += int(np.argmin(np.einsum("ij,ij->i", d, d)))
         k = min(self.k + 1, len(self.pos) - 1)
-        return tracking_labels(self.pos[k:k + 1], self.vel[k:k + 1], pose[None], vel[None],
-                               self.gain)[0].astype(np.float32)
+        return tracking_action(self.pos[k], self.vel[k], pose, vel, self.gain).astype(np.float32)
 
 
 def _task_key(task: dict) -> str:
@@ -208,4 +197,4 @@ def _recorded_plan(ep) -> np.ndarray:
 
 
 __all__ = ["HOLD_STEPS", "RANGES", "RecordedCarry", "check_options", "offsets", "perturbed_demos", "perturbed_episode",
-           "perturbed_obs", "split_ids", "tracking_labels", "with_replays"]
+           "perturbed_obs", "split_ids", "with_replays"]

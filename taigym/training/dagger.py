@@ -68,16 +68,16 @@ from pathlib import Path
 import numpy as np
 
 from taigym.agents.dagger import DAggerAgent
-from taigym.agents.sfrrt import TRACK_GAIN
 from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
+from taigym.agents.sfrrt import TRACK_GAIN
 from taigym.data import transitions
 from taigym.data.collect import RELABEL, can_replan, check_can_replan, collect, make_job
 from taigym.envs import family_of
 
+from .carry_labels import RecordedCarry, check_options, split_ids, with_replays
 from .common import learner_setup, build_expert, learning_task, load_demos, rollout_metrics, \
     selection_score, selection_tasks, start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
-from .carry_labels import RecordedCarry, check_options, split_ids, with_replays
 
 DEFAULTS = dict(expert=None, expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
                 success_only=True, perturb=None, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
