@@ -126,7 +126,9 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     demo_cfg = dict(cfg, episodes=cfg["demo_episodes"], max_labels=None)
     demos, demo_stats = load_demos(make_env, env, demo_cfg, run_dir, expert)
     if relabel == "recorded":      # the rounds' labeller: sfrrt's tracking law along the recorded carries
-        gain = float(dict(cfg["expert_options"] or {}).get("track_gain", TRACK_GAIN))
+        # the gain of the sfrrt expert (the apps build it with expert_options, which they keep
+        # from cfg)
+        gain = float(getattr(expert, "track_gain", TRACK_GAIN))
         recorded = [e for e in demos if e.task is not None]
         expert = RecordedCarry(env, recorded, gain)
     demos = with_replays(demos, perturb, cfg["seed"])      # round 0: the demonstrations and their replays
