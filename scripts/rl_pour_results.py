@@ -87,10 +87,10 @@ def main() -> None:
     write_result_meta(
         args.out / "results/rl_pour.json",
         "PPO on Pour-v0: trained on the simplified env, evaluated on both fidelities",
-        "taskset -c 1 python -m taigym.apps.train agent=ppo env=pour_simplified seed=<k> logger=wandb; "
+        "python -m taigym.apps.train agent=ppo env=pour_simplified seed=<k> logger=wandb; "
         "python scripts/rl_pour_results.py",
         "100 eval tasks of each fidelity, each run once with the deterministic policy; success with "
-        "its Wilson 95 % interval; train_seconds is wall time on one pinned core shared with other "
+        "its Wilson 95 % interval; train_seconds is wall time on the 2-core machine shared with other "
         "jobs (load_1min: the 1-minute load average at the end).")
     plot(curves, args.out / "media/ppo_pour_simplified.png")
     print(json.dumps(rows))

@@ -63,7 +63,7 @@ def last_json(text: str) -> dict:
 ENVS = ("pour", "pour_simplified", "pour_simplified_tilt", "pour3d", "transport", "transport3d", "multicontact")
 EXPERTS = {"pour": "sqp", "pour3d": "sqp", "transport": "sfrrt", "transport3d": "sfrrt", "multicontact": "stance"}
 # the bc / dagger input features of the envs that have their own (taigym/agents/features.py)
-LEARNER_FEATURES = {"transport": "obstacles"}
+LEARNER_FEATURES = {"transport": "obstacles", "pour3d": "plan"}
 
 
 def test_config_groups_are_shipped_and_match_the_code():

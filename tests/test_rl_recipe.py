@@ -60,6 +60,28 @@ def test_transport_recipes_compose_to_valid_options_and_env_arguments(agent):
     gym.make("taigym/Transport-v0", **kw).close()          # the env accepts every argument
 
 
+def test_sac_pour_recipe_composes_to_valid_options_and_the_batched_env_accepts_its_arguments():
+    """recipe/sac_pour_simplified.yaml: accepted by SAC's option check; its policy and training
+    env arguments (the PPO recipe's) build the batched simplified env it trains on."""
+    from omegaconf import OmegaConf
+
+    from taigym.agents.sac import SACAgent
+    from taigym.agents.sb3 import check_cfg
+    from taigym.training.vec_env import make_batched_vec_env
+
+    cfg = OmegaConf.to_container(compose("train", ["agent=sac", "env=pour_simplified"]).agent, resolve=True)
+    hp = check_cfg({k: v for k, v in cfg.items() if k != "name"}, SACAgent.DEFAULTS, "sac")
+    ppo = compose("train", ["agent=ppo", "env=pour_simplified"]).agent
+    assert hp["vec_env"] == "batched" and hp["buffer_size"] >= hp["total_timesteps"]
+    assert hp["policy_env_kwargs"] == OmegaConf.to_container(ppo.policy_env_kwargs)
+    assert hp["train_env_kwargs"] == OmegaConf.to_container(ppo.train_env_kwargs)
+    assert hp["train_env_kwargs"]["shaping_gamma"] == hp["gamma"]
+    venv = make_batched_vec_env(ID, 2, seed=0, fidelity="simplified", **hp["policy_env_kwargs"],
+                                **hp["train_env_kwargs"])
+    assert venv.reset().shape[0] == 2
+    venv.close()
+
+
 # ---------------------------------------------------------------------- the curriculum
 def test_over_target_moves_only_the_tasks_the_env_draws():
     """Training resets start with S's lip over T (over_target=1); an evaluation's given task is

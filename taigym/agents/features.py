@@ -48,6 +48,11 @@ A feature spec is a dict ``{"kind": "target_path", "bounds": (x_lo, x_hi, y_lo, 
 "horizon": s, "start_pose": bool, "start_velocity": bool, "outflow_landing": bool, "pour_side": bool}`` saved with the policy (the bounds of T's box and the
 episode's length are those of the env it was trained in; tasks with another box get wrong
 lookaheads), or ``{"kind": "none"}``.
+
+``"plan"`` (Pour3D-v0, :mod:`taigym.agents.pour3d_features`): the network sees the episode's
+first observation, the time, S's lean and the liquid in S and T, and predicts S's pose in the pour
+plane relative to its start (sqp's plan), which the action steers to through the arm's Jacobian;
+spec ``{"kind": "plan", "obs_dim", "dt", "max_speed", "action_scale"}``.
 """
 
 from __future__ import annotations
@@ -58,9 +63,9 @@ import numpy as np
 
 from taigym.sim.constants import GRAVITY
 
-from . import transport_features
+from . import pour3d_features, transport_features
 
-KINDS = ("none", "target_path", "obstacles", "auto")
+KINDS = ("none", "target_path", "obstacles", "plan", "auto")
 RELATIVE_LOOKAHEAD = np.array([0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])      # s from now
 ABSOLUTE_LOOKAHEAD = np.array([0.3, 0.4, 0.5, 0.6, 0.7])                 # fractions of the horizon
 # Pour-v0's observation entries (both obs modes): 6-7 T's position (m), 8-9 its velocity (m/s),
@@ -79,7 +84,8 @@ POUR_OBS_MIN = 40                        # entries 0-39 are shared by obs_mode f
 
 def resolve(kind: str, env) -> dict:
     """The feature spec for ``kind`` in ``env``; ``"auto"`` is ``"target_path"`` on Pour-v0
-    (and envs with its observation layout), ``"obstacles"`` on Transport-v0, else ``"none"``."""
+    (and envs with its observation layout), ``"obstacles"`` on Transport-v0, ``"plan"`` on
+    Pour3D-v0, else ``"none"``."""
     if kind not in KINDS:
         raise ValueError(f"features must be one of {KINDS}, got {kind!r}")
     from taigym.envs import family_of
@@ -88,13 +94,20 @@ def resolve(kind: str, env) -> dict:
     task = getattr(u, "task", None)
     pour = family_of(env) == "pour"
     if kind == "auto":
-        kind = "target_path" if pour else "obstacles" if family_of(env) == "transport" else "none"
+        kind = {"pour": "target_path", "transport": "obstacles", "pour3d": "plan"}.get(family_of(env), "none")
     if kind == "none":
         return {"kind": "none"}
     if kind == "obstacles":
         if family_of(env) != "transport":
             raise ValueError(f"features='obstacles' needs Transport-v0's observation, got {family_of(env)!r}")
         return {"kind": "obstacles", "slots": transport_features.n_slots(env.observation_space.shape[0])}
+    if kind == "plan":
+        if family_of(env) != "pour3d":
+            raise ValueError(f"features='plan' needs Pour3D-v0's observation, got {family_of(env)!r}")
+        from taigym.envs.pour3d import MAX_JOINT_SPEED
+
+        return {"kind": "plan", "obs_dim": int(env.observation_space.shape[0]), "dt": float(u.dt),
+                "max_speed": [float(v) for v in MAX_JOINT_SPEED]}
     if not pour:
         raise ValueError(f"features='target_path' needs Pour-v0's observation, got {family_of(env)!r}")
     from taigym.envs.pour_tasks import TARGET_BOUNDS
@@ -111,6 +124,8 @@ def extra_dim(spec: dict | None) -> int:
         return 0
     if spec["kind"] == "obstacles":
         return transport_features.extra_dim(_transport_obs_dim(spec))
+    if spec["kind"] == "plan":
+        return pour3d_features.extra_dim(spec["obs_dim"])
     lookaheads = len(RELATIVE_LOOKAHEAD) + len(ABSOLUTE_LOOKAHEAD)
     return (3 * lookaheads + (START_DIM if spec.get("start_pose") else 0) + (2 if spec.get("outflow_landing") else 0)
             + (START_VELOCITY.stop - START_VELOCITY.start if spec.get("start_velocity") else 0)
@@ -121,10 +136,19 @@ def _transport_obs_dim(spec: dict) -> int:
     return transport_features.SLOTS + transport_features.SLOT_SIZE * spec["slots"]
 
 
+def net_dim(spec: dict | None, act_dim: int) -> int:
+    """Outputs of the network: the action's, or on Pour3D-v0 (``"plan"``) S's target pose in the
+    pour plane (:data:`taigym.agents.pour3d_features.OUT`)."""
+    return pour3d_features.OUT if spec and spec["kind"] == "plan" else act_dim
+
+
 def replaced_inputs(spec: dict | None) -> list[int]:
     """Indices of the featurized input the policy must not see: observation entries the
     features re-express (Transport's room frame) and the direction of travel, which the policy
-    applies to its output instead (:func:`output`)."""
+    applies to its output instead (:func:`output`); on Pour3D-v0 (``"plan"``) the current
+    observation but the time, S's lean and the liquid, and the Jacobian terms."""
+    if spec and spec["kind"] == "plan":
+        return pour3d_features.hidden_entries(spec["obs_dim"])
     if not spec or spec["kind"] != "obstacles":
         return []
     obs_dim = _transport_obs_dim(spec)
@@ -135,7 +159,11 @@ def output(spec: dict | None, inputs: np.ndarray, net_out):
     """The action (n, act_dim) from the network's output ``net_out`` (numpy or torch) for its
     featurized ``inputs`` (n, in_dim): as it is, or on Transport (``"obstacles"``) the observed
     velocity plus the output as a velocity change in the frame of travel, times the spec's
-    ``action_scale`` (:mod:`taigym.agents.transport_features`)."""
+    ``action_scale`` (:mod:`taigym.agents.transport_features`); on Pour3D-v0 (``"plan"``) the
+    joint velocities that steer S to the output, its pose in the pour plane
+    (:mod:`taigym.agents.pour3d_features`)."""
+    if spec and spec["kind"] == "plan":
+        return pour3d_features.output(inputs, spec["obs_dim"], net_out, spec)
     if not spec or spec["kind"] != "obstacles":
         return net_out
     return transport_features.output(inputs, _transport_obs_dim(spec) + extra_dim(spec), net_out,
@@ -146,7 +174,11 @@ def fit_action_scale(spec: dict | None, inputs: np.ndarray, actions: np.ndarray)
     """Set the spec's ``action_scale`` (Transport: each output's spread over the demonstrations
     ``actions`` for ``inputs``, so that every output is learned at the same scale) and
     ``label_limit`` (the largest velocity change the demonstrations make, per output: see
-    :func:`limit_labels`); a no-op for features whose network regresses the action itself."""
+    :func:`limit_labels`); Pour3D-v0 (``"plan"``): the spread of each coordinate of S's target pose; a no-op
+    for features whose network regresses the action itself."""
+    if spec and spec["kind"] == "plan":
+        t = pour3d_features.targets(inputs, spec["obs_dim"], actions)
+        spec["action_scale"] = [float(v) for v in np.maximum(t.std(0), ACTION_SCALE_FLOOR)]
     if spec and spec["kind"] == "obstacles":
         t = transport_features.targets(inputs, _transport_obs_dim(spec) + extra_dim(spec), actions)
         spec["action_scale"] = [float(v) for v in np.maximum(t.std(0), ACTION_SCALE_FLOOR)]
@@ -219,6 +251,10 @@ def start_features(start: np.ndarray, spec: dict | None) -> np.ndarray | None:
     an episode: a policy computes them once per episode (:class:`~taigym.agents.policy.NumpyPolicy`)."""
     if spec and spec["kind"] == "obstacles":
         return transport_features.start_features(start)
+    if spec and spec["kind"] == "plan":
+        if start is None:
+            raise ValueError("features='plan' needs the episode's first observation (start)")
+        return pour3d_features.start_features(start)
     if not spec or not (spec.get("start_pose") or spec.get("start_velocity") or spec.get("pour_side")):
         return None
     if start is None:
@@ -249,6 +285,11 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
         out = np.hstack([x, transport_features.featurize(x, start_part, prev),
                          np.broadcast_to(start_part, (len(x), start_part.shape[-1]))])
         return out if obs.ndim == 2 else out[0]
+    if spec["kind"] == "plan":
+        if start_part is None:
+            start_part = start_features(start, spec)
+        out = np.hstack([x, pour3d_features.featurize(x, start_part, spec)])
+        return out if obs.ndim == 2 else out[0]
     if x.shape[1] < POUR_OBS_MIN:
         raise ValueError(f"target_path features need Pour-v0's observation (>= {POUR_OBS_MIN} entries), "
                          f"got {x.shape[1]}")
@@ -263,5 +304,5 @@ def featurize(obs: np.ndarray, spec: dict | None, start: np.ndarray | None = Non
     return out if obs.ndim == 2 else out[0]
 
 
-__all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "limit_labels", "output", "pour_side",
-           "replaced_inputs", "resolve", "start_features"]
+__all__ = ["KINDS", "action_scale", "extra_dim", "featurize", "fit_action_scale", "limit_labels", "net_dim", "output",
+           "pour_side", "replaced_inputs", "resolve", "start_features"]

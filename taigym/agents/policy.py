@@ -33,8 +33,8 @@ from gymnasium import spaces
 from torch import nn
 
 from .base import Agent
-from .features import action_scale, extra_dim, featurize, fit_action_scale, limit_labels, output, replaced_inputs, \
-    start_features
+from .features import action_scale, extra_dim, featurize, fit_action_scale, limit_labels, net_dim, output, \
+    replaced_inputs, start_features
 
 DEFAULT_HIDDEN = [256, 256]  # widths of the hidden layers
 STD_FLOOR = 1e-2            # normalisation: minimum std of an input (constant features)
@@ -100,7 +100,7 @@ class MLPPolicy(nn.Module):
             for h in self.hidden:
                 layers += [nn.Linear(last, h), nn.ReLU()]
                 last = h
-            layers.append(nn.Linear(last, self.act_dim))
+            layers.append(nn.Linear(last, net_dim(self.features, self.act_dim)))
             return nn.Sequential(*layers)
 
         self.nets = nn.ModuleList([mlp() for _ in range(self.members)])
@@ -126,7 +126,10 @@ class MLPPolicy(nn.Module):
         return limit_labels(self.features, inputs, actions)
 
     def action_scale(self) -> torch.Tensor:
-        """(act_dim,): the scale of the network's outputs (the fit's loss divides by it)."""
+        """(act_dim,): the scale of the fit's loss (it divides the actions' errors by it); 1 for
+        Pour3D-v0's ``"plan"``, whose outputs are not actions."""
+        if self.features.get("kind") == "plan":
+            return torch.ones(self.act_dim)
         scale = np.broadcast_to(action_scale(self.features), (self.act_dim,))
         return torch.as_tensor(scale.copy(), dtype=torch.float32)
 
