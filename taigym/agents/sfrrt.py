@@ -32,6 +32,15 @@ TRACKING = ("time", "path")
 PATH_WINDOW = 10
 
 
+def tracking_action(plan_pos, plan_vel, pose, vel, gain: float) -> np.ndarray:
+    """The tracking law of :meth:`SFRRTAgent.act` (rows or single states): the action (in [-1, 1])
+    for the plan's pose and velocity one step later (``plan_pos``, ``plan_vel``) from the state
+    (``pose``, ``vel``): the plan's velocity plus ``gain`` of the predicted position error, per step."""
+    predicted = pose + 0.5 * (vel + plan_vel) * CONTROL_DT
+    v = plan_vel + gain * (plan_pos - predicted) / CONTROL_DT
+    return np.clip(v / MAX_VELOCITY, -1.0, 1.0)
+
+
 def check_planner_options(cfg: dict) -> dict:
     """``cfg``, or ValueError naming the options that are not fields of :class:`SFRRTConfig`."""
     unknown = set(cfg) - set(SFRRTConfig.__dataclass_fields__)
@@ -149,9 +158,7 @@ class SFRRTAgent(Agent):
         v_ref = tr.vel[k] if self.k + 1 < len(tr.t) else np.zeros(3)
         if self.track == "time":
             self.k += 1
-        predicted = pose + 0.5 * (vel + v_ref) * CONTROL_DT
-        v = v_ref + self.track_gain * (tr.pos[k] - predicted) / CONTROL_DT
-        return np.clip(v / MAX_VELOCITY, -1.0, 1.0).astype(np.float32)
+        return tracking_action(tr.pos[k], v_ref, pose, vel, self.track_gain).astype(np.float32)
 
     def _nearest(self, pose: np.ndarray) -> int:
         """Index of the plan's sample nearest ``pose`` (m, tilt weighted by the planner's

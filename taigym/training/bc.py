@@ -33,7 +33,10 @@ expert             None       expert name when ``expert`` is not given (the apps
 expert_options     {}         its options
 episodes           50         expert episodes to collect (train-split tasks 0..episodes-1)
 success_only       True       keep successful demonstrations only
-max_labels         None       use at most this many expert labels
+max_labels         None       use at most this many labels (perturbed replays' included)
+perturb            None       Transport-v0: ``{copies, pose_std, tilt_std, gain}``, perturbed
+                              replays of each demonstration labelled by sfrrt's tracking
+                              law (:mod:`taigym.training.carry_labels`); None: none
 workers            1          processes for collecting (Ray if installed, else multiprocessing)
 hidden             [256, 256] hidden layer widths
 lr                 1e-3       Adam learning rate
@@ -68,13 +71,15 @@ from pathlib import Path
 from taigym.agents.bc import BCAgent
 from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
 from taigym.data import transitions
+from taigym.envs import family_of
 
+from .carry_labels import check_options, split_ids, with_replays
 from .common import learner_setup, load_demos, rollout_metrics, selection_score, selection_tasks, \
     start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
 
 DEFAULTS = dict(dataset=None, dataset_root=None, expert=None, expert_options={}, episodes=50,
-                success_only=True, max_labels=None, workers=1, **TRAIN_DEFAULTS,
+                success_only=True, max_labels=None, perturb=None, workers=1, **TRAIN_DEFAULTS,
                 checkpoint_every=10, eval_episodes=10, select_episodes=0, select_candidates=1, progress=True)
 
 
@@ -86,11 +91,14 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     if not (isinstance(n_candidates, int) and n_candidates >= 1):
         raise ValueError(f"select_candidates must be an integer >= 1, got {n_candidates!r}")
     run_dir, env, (obs_dim, act_dim), features = learner_setup(make_env, cfg, run_dir, expert)
+    perturb = check_options(cfg["perturb"], family_of(env))
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     if n_candidates > 1 and not select_tasks:
         raise ValueError("select_candidates > 1 needs select_episodes > 0 (the tasks that rank them)")
 
     episodes, stats = load_demos(make_env, env, cfg, run_dir, expert)
+    episodes = with_replays(episodes, perturb, cfg["seed"])
+    stats["replays"] = len(episodes) - stats["demo_kept"]
     obs, labels, groups = transitions(episodes, cfg["max_labels"])
     if obs.shape[1] != obs_dim:
         raise ValueError(f"the demonstrations have {obs.shape[1]} observation entries, the env {obs_dim} "
@@ -100,7 +108,8 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     seed_everything(cfg["seed"])
     policy = MLPPolicy(obs_dim, act_dim, cfg["hidden"], cfg["ignore_obs"], features=features,
                        members=cfg["members"])
-    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups))
+    fit = Fit(policy, obs, labels, groups, cfg, seed=cfg["seed"], start=start_rows(episodes, groups),
+              split_groups=split_ids(episodes)[groups])
     ckpt = run_dir / "checkpoint.pt"
     resumed_from = 0
     snapshots: list[dict] = []          # the validated weights at the last checkpoints

@@ -15,7 +15,11 @@ the ``dagger`` agent.
   ``sqp``; ``"auto"`` replans when the expert can), or from every ``relabel_every``-th visited
   state, tracking that replan in between (``sqp``: ~0.6 s a replan, warm-started), or once, when
   liquid first leaves S, tracking that replan to the end (``relabel="outflow"``; both need an
-  expert that can replan, else ValueError). On Pour-v0
+  expert that can replan, else ValueError), or, on Transport-v0, by ``sfrrt``'s tracking law along
+  the recorded carry of the rollout's task (``relabel="recorded"``: the rollouts take the
+  demonstrations' tasks in turn; :class:`taigym.training.carry_labels.RecordedCarry`, gain: the
+  expert's ``track_gain``; ``sfrrt`` replans only from rest, and its new RRT* draws take other routes
+  than the demonstrations'). On Pour-v0
   with ``sqp``, 700 demonstrations and 4 x 50 rollouts, "none" reached 0.65 success on the eval
   split (raw observation); with the ``target_path`` features and S's start pose, "none" with
   ``sqp`` at tracking gain 0.1 (a gentler pull back to the plan) 0.77 against BC's 0.76 at equal
@@ -49,7 +53,8 @@ Options (defaults): those of ``bc`` for the network and the fit (``hidden``, ``l
 ``weight_decay``, ``batch_size``, ``max_epochs`` (per round), ``patience``, ``val_fraction``,
 ``seed``, ``threads``, ``features``; ``max_epochs`` 200 and ``patience`` 20 as for ``bc``),
 ``expert`` (None: the apps give the env's), ``expert_options`` ({}), ``dataset`` (None), ``dataset_root`` (None),
-``demo_episodes`` (10), ``success_only`` (True, round 0), ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
+``demo_episodes`` (10), ``success_only`` (True, round 0), ``perturb`` (None; Transport-v0: round 0
+adds perturbed replays of the demonstrations, as ``bc``), ``rounds`` (5), ``episodes_per_round`` (10), ``beta0`` (0.5), ``beta_decay`` (0.5),
 ``relabel`` ("none"), ``relabel_every`` (1), ``max_labels`` (None), ``select`` ("best"), ``workers`` (1),
 ``checkpoint_every`` (1 round), ``eval_episodes`` (10), ``select_episodes`` (0), ``progress`` (True).
 """
@@ -64,15 +69,18 @@ import numpy as np
 
 from taigym.agents.dagger import DAggerAgent
 from taigym.agents.policy import MLPPolicy, torch_load, torch_save_atomic
+from taigym.agents.sfrrt import TRACK_GAIN
 from taigym.data import transitions
 from taigym.data.collect import RELABEL, can_replan, check_can_replan, collect, make_job
+from taigym.envs import family_of
 
+from .carry_labels import RecordedCarry, check_options, split_ids, with_replays
 from .common import learner_setup, build_expert, learning_task, load_demos, rollout_metrics, \
     selection_score, selection_tasks, start_rows, validation_tasks
 from .fit import TRAIN_DEFAULTS, Fit, check_cfg, seed_everything
 
 DEFAULTS = dict(expert=None, expert_options={}, dataset=None, dataset_root=None, demo_episodes=10,
-                success_only=True, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
+                success_only=True, perturb=None, rounds=5, episodes_per_round=10, beta0=0.5, beta_decay=0.5,
                 relabel="none", relabel_every=1, max_labels=None, select="best", workers=1, **TRAIN_DEFAULTS,
                 checkpoint_every=1, eval_episodes=10, select_episodes=0, progress=True)
 
@@ -93,19 +101,23 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     cfg = check_cfg(cfg, DEFAULTS, "dagger")
     if cfg["select"] not in ("best", "last"):
         raise ValueError(f"select must be 'best' or 'last', got {cfg['select']!r}")
-    if cfg["relabel"] not in RELABEL:
-        raise ValueError(f"relabel must be one of {RELABEL}, got {cfg['relabel']!r}")
+    if cfg["relabel"] not in (*RELABEL, "recorded"):
+        raise ValueError(f"relabel must be one of {(*RELABEL, 'recorded')}, got {cfg['relabel']!r}")
+    if cfg["relabel"] == "recorded" and int(cfg["workers"]) > 1:
+        raise ValueError("relabel='recorded' labels in this process: workers must be 1")
     if not (isinstance(cfg["relabel_every"], int) and cfg["relabel_every"] >= 1):
         raise ValueError(f"relabel_every must be an integer >= 1, got {cfg['relabel_every']!r}")
     for k in ("beta0", "beta_decay"):
         if not 0.0 <= float(cfg[k]) <= 1.0:
             raise ValueError(f"{k} must be in [0, 1], got {cfg[k]}")
     run_dir, env, (obs_dim, act_dim), features = learner_setup(make_env, cfg, run_dir, expert)
+    perturb = check_options(cfg["perturb"], family_of(env))
     expert = build_expert(env, cfg, expert)
     relabel = cfg["relabel"]
     if relabel == "auto":
         relabel = "replan" if can_replan(expert) else "none"
-    check_can_replan(relabel, expert)  # before anything is collected
+    if relabel != "recorded":
+        check_can_replan(relabel, expert)  # before anything is collected
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     budget = cfg["max_labels"]
@@ -113,6 +125,13 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     # round 0: demonstrations
     demo_cfg = dict(cfg, episodes=cfg["demo_episodes"], max_labels=None)
     demos, demo_stats = load_demos(make_env, env, demo_cfg, run_dir, expert)
+    if relabel == "recorded":      # the rounds' labeller: sfrrt's tracking law along the recorded carries
+        # the gain of the sfrrt expert (the apps build it with expert_options, which they keep
+        # from cfg)
+        gain = float(getattr(expert, "track_gain", TRACK_GAIN))
+        recorded = [e for e in demos if e.task is not None]
+        expert = RecordedCarry(env, recorded, gain)
+    demos = with_replays(demos, perturb, cfg["seed"])      # round 0: the demonstrations and their replays
     rounds_eps: list[list] = [demos]
 
     ckpt = run_dir / "checkpoint.pt"
@@ -138,17 +157,22 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     def data_upto(rnd: int):
         eps = [e for r in rounds_eps[:rnd + 1] for e in r]
         obs, labels, groups = transitions(eps, budget)
-        return obs, labels, groups, start_rows(eps, groups)
+        return obs, labels, groups, start_rows(eps, groups), split_ids(eps)[groups]
 
     def round_jobs(rnd: int) -> list[dict]:
         first = int(cfg["demo_episodes"]) + (rnd - 1) * int(cfg["episodes_per_round"])
         out = []
         for k in range(int(cfg["episodes_per_round"])):
-            t, task = learning_task(env, first + k, int(cfg["eval_episodes"] or 0))
+            if relabel == "recorded":      # the recorded carries' tasks, in turn
+                i = (first - int(cfg["demo_episodes"]) + k) % len(recorded)
+                t, task = recorded[i].task_index, recorded[i].task
+            else:
+                t, task = learning_task(env, first + k, int(cfg["eval_episodes"] or 0))
             out.append(make_job(t, task, seed=int(cfg["seed"]) * 1_000_003 + first + k, beta=beta_at(cfg, rnd),
-                                relabel=relabel, replan_every=int(cfg["relabel_every"]),
+                                relabel="none" if relabel == "recorded" else relabel,
+                                replan_every=int(cfg["relabel_every"]),
                                 mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k,
-                                key=f"r{rnd:03d}-task{t:05d}"))
+                                key=f"r{rnd:03d}-{k:05d}-carry{i:05d}" if relabel == "recorded" else f"r{rnd:03d}-task{t:05d}"))
         return out
 
     # the rounds before the checkpoint: their episodes are on disk (reloaded, not rerun)
@@ -173,14 +197,14 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
             counters["expert_plans"] += int(sum(e.expert_plans for e in new_eps))
             counters["expert_seconds"] += float(sum(e.expert_seconds for e in new_eps))
             counters["learner_steps"] += int(sum(e.learner_steps for e in new_eps))
-        obs, labels, groups, start = data_upto(rnd)
+        obs, labels, groups, start, sides = data_upto(rnd)
         if budget is not None and len(labels) >= int(budget):
             budget_reached = True
         # fit: round 0 from scratch (sets the normalisation), later rounds warm-started
         # the validation episodes stay the same across rounds (a new draw would validate the
         # warm-started policy on episodes it trained on, and stop it after an epoch or two)
         fit = Fit(policy, obs, labels, groups, cfg, seed=int(cfg["seed"]) + 1000 * rnd, renormalise=(rnd == 0),
-                  start=start, split_seed=int(cfg["seed"]))
+                  start=start, split_seed=int(cfg["seed"]), split_groups=sides)
         fit.run()
         policy = fit.finalise()
         agent = DAggerAgent(env, policy=policy)

@@ -110,19 +110,22 @@ class Fit:
     best weights; :meth:`state_dict` / :meth:`load_state_dict` round-trip everything (current
     and best weights, optimizer, RNG), so that a fit resumed from a checkpoint continues exactly
     as if it had not been interrupted. ``split_seed``: validation episodes drawn with
-    :func:`stable_split_by_group` (the same across refits on growing data) instead of by ``seed``."""
+    :func:`stable_split_by_group` (the same across refits on growing data) instead of by ``seed``.
+    ``split_groups``: per row, the group whose side of the split it takes (default ``groups``,
+    its episode; a perturbed replay's: its demonstration's)."""
 
     def __init__(self, policy: MLPPolicy, obs: np.ndarray, act: np.ndarray, groups: np.ndarray,
                  cfg: dict, *, seed: int, renormalise: bool = True, start: np.ndarray | None = None,
-                 split_seed: int | None = None):
+                 split_seed: int | None = None, split_groups: np.ndarray | None = None):
         self.policy, self.cfg = policy, cfg
         self.obs = policy.featurize(obs, start, previous_rows(obs, groups))
         self.act = np.asarray(act, np.float32)
         self.rng = np.random.default_rng(seed)
+        sides = np.asarray(groups if split_groups is None else split_groups)
         if split_seed is None:
-            self.train_idx, self.val_idx = split_by_group(np.asarray(groups), cfg["val_fraction"], self.rng)
+            self.train_idx, self.val_idx = split_by_group(sides, cfg["val_fraction"], self.rng)
         else:
-            self.train_idx, self.val_idx = stable_split_by_group(groups, cfg["val_fraction"], split_seed)
+            self.train_idx, self.val_idx = stable_split_by_group(sides, cfg["val_fraction"], split_seed)
         if renormalise:
             policy.set_normalisation(self.obs[self.train_idx])
             policy.set_action_scale(self.obs[self.train_idx], self.act[self.train_idx])
