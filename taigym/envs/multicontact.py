@@ -45,10 +45,27 @@ A float32 vector of 64 entries, all bounded:
 
 ## Rewards
 
-Per step: ``progress_weight`` (10) times the decrease of the distance from the soles' midpoint
-to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) times the mean of
-(torque / limit)^2, minus ``violation_penalty`` (0.1) if a link other than the feet, hands
-(lower arms) and shins touches the scene; +``success_bonus`` (5) on success.
+``reward_mode`` chooses the reward; ``info["reward_<term>"]`` holds each term of the mode (0 at
+reset), and they sum to the reward.
+
+| mode | term | value |
+|------|------|-------|
+| ``"progress"`` (default) | progress | ``progress_weight`` (10) times the decrease of the distance from the soles' midpoint to the goal (m) |
+| ``"progress"``, ``"dense"`` | alive | ``alive_bonus`` (0.05) on every step that does not fall |
+| ``"progress"``, ``"dense"`` | effort | ``-effort_weight`` (0.01) times the mean of (torque / limit)^2 |
+| ``"progress"``, ``"dense"`` | violation | ``-violation_penalty`` (0.1) if a link other than the feet, hands (lower arms) and shins touches the scene |
+| ``"progress"``, ``"dense"`` | success | ``success_bonus`` (5) on success |
+| ``"dense"`` | advance | ``shaping_gamma`` Phi(s') - Phi(s), Phi = ``progress_weight`` u (D_0 - D): ``D`` the distance (m) from the centre of mass to the point ``h_0`` above the goal, ``h_0`` the CoM's height above the soles at the start, ``D_0`` at the start; u in [0, 1] the torso's stance, the product of ramps from the fall thresholds (torso 0.45 m above the ground, 78 deg tilt: 0) to the start's height and upright (1) |
+| ``"sparse"`` | success | 1 on success |
+
+``"progress"`` pays for any decrease of the distance, a fall toward the goal included, and the
+fall that ends the episode costs nothing: a learner finds diving forward before it finds
+walking. ``"dense"`` replaces that term by potential-based shaping (Ng, Harada & Russell
+1999): the potential grows with the CoM's advance only as much as the torso stays up, and it is
+0 on the step that ends an episode (termination or truncation) and at the start (D = D_0), so
+the ``shaping_gamma``-discounted sum of ``advance`` over any episode is 0: a fall gives back all
+the advance it earned, and ``"dense"``'s optimal policies (for a learner with that discount,
+default 0.99) are those of its other terms, the task's (alive, effort, violation, success).
 
 ## Episode end
 
@@ -66,7 +83,7 @@ to the goal (m), plus ``alive_bonus`` (0.05), minus ``effort_weight`` (0.01) tim
 ``success``, ``fell``, ``sim_unstable``, ``time`` (s), ``goal_distance`` (m), ``stances`` (stances
 reached: changes of the set of limbs in contact that held for 0.25 s), ``contacts``
 (dict limb -> bool), ``grasping`` (dict hand -> bool), ``contact_violation`` (bool),
-``effort``, ``reward_progress``, ``reward_effort``, ``reward_violation``, ``family``, ``sink``
+``effort``, ``reward_<term>`` for each term of the reward mode (Rewards), ``family``, ``sink``
 (dict foot -> the pad's simulated sink under the sole's centre, m, for the feet touching a soft
 pad; empty on rigid scenes).
 
@@ -74,7 +91,9 @@ pad; empty on rigid scenes).
 
 ``gym.make("taigym/MultiContact-v1", family=None, task_split=None, control="torque", horizon=60.0,
 render_mode=None, render_size=(240, 320), progress_weight=10, alive_bonus=0.05,
-effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=1/60)``:
+effort_weight=0.01, violation_penalty=0.1, success_bonus=5, kp=0.3, kd=1.0, control_dt=1/60,
+reward_mode="progress", shaping_gamma=0.99)``: ``reward_mode`` is "progress", "dense" or
+"sparse" (Rewards), ``shaping_gamma`` in [0, 1];
 ``family`` fixes the scene family of sampled tasks (default: one of the four rigid ones);
 ``task_split="train"|"eval"`` samples from a fixed split (``family="soft"``: the soft split);
 ``reset(options={"task": task})`` runs a given task (or its ``to_dict``). The control step is
@@ -100,6 +119,8 @@ Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains avai
 * v0 (2026-11-22): initial version.
 * v0 (2026-11-27): info gains ``stances``; ``metadata["episode_metrics"]`` declares what
   evaluations report.
+* v1, v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
+  "sparse") and ``shaping_gamma``; info gains ``reward_alive`` and ``reward_success``.
 """
 
 from __future__ import annotations
@@ -127,6 +148,11 @@ GRIP_DISTANCE = 0.02            # m between the hand sphere's and the bar's surf
 FALL_HEIGHT = 0.45              # m, torso above the ground below it
 FALL_TILT = math.radians(78)
 CONTROLS = ("pd", "torque")
+REWARD_MODES = ("progress", "dense", "sparse")
+#: the terms of each mode, in the order they are summed; ``info["reward_<term>"]`` holds each
+REWARD_TERMS = {"progress": ("progress", "effort", "violation", "alive", "success"),
+                "dense": ("effort", "violation", "alive", "success", "advance"),
+                "sparse": ("success",)}
 
 
 def _number(name: str, value: Any, lo: float, hi: float) -> float:
@@ -147,7 +173,12 @@ class MultiContactEnv(gym.Env):
                  horizon: float = 60.0, render_mode: str | None = None, render_size=(240, 320),
                  progress_weight: float = 10.0, alive_bonus: float = 0.05, effort_weight: float = 0.01,
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
-                 kd: float = 1.0, control_dt: float = TORQUE_CONTROL_DT):
+                 kd: float = 1.0, control_dt: float = TORQUE_CONTROL_DT, reward_mode: str = "progress",
+                 shaping_gamma: float = 0.99):
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}; got {reward_mode!r}")
+        self.reward_mode = reward_mode
+        self.shaping_gamma = _number("shaping_gamma", shaping_gamma, 0.0, 1.0)
         if family is not None and family not in FAMILIES:
             raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
         if task_split is not None and task_split not in SPLIT_SIZES:
@@ -227,6 +258,13 @@ class MultiContactEnv(gym.Env):
         self._dist = self._goal_distance()
         self._torque = np.zeros(hum.N_JOINTS)
         self._stance, self._pending, self._held, self.stances = self._limbs_in_contact(), None, 0.0, 0
+        if self.reward_mode == "dense":    # the stance and the CoM's aim point the potential is measured from
+            pos, quat = self.robot.get_state()[:2]
+            self._stand = (pos[2] - self._ground_below(pos[0]), self._up(quat))
+            com = self.robot.com()
+            self._aim = self.task.goal() + [0.0, 0.0, com[2] - self.sole_midpoint()[2]]
+            self._d0 = float(np.linalg.norm(com - self._aim))
+            self.phi = self._potential()
         info = self._info(fell=False, violation=False, unstable=False)
         return self._obs(), info
 
@@ -269,15 +307,22 @@ class MultiContactEnv(gym.Env):
         success = (not fell) and self._success()
         self._count_stance()
         effort = float(np.mean((self._torque / hum.TORQUE_LIMITS) ** 2))
-        r_prog = self.progress_weight * progress
-        r_eff = -self.effort_weight * effort
-        r_vio = -self.violation_penalty * violation
-        reward = r_prog + r_eff + r_vio + (0.0 if fell else self.alive_bonus) + self.success_bonus * success
         terminated = bool(success or (fell and not unstable))
         truncated = bool(unstable or self.time >= self.horizon - 1e-9)
+        if self.reward_mode == "sparse":
+            terms = {"success": float(success)}
+        else:
+            terms = {"progress": self.progress_weight * progress, "effort": -self.effort_weight * effort,
+                     "violation": -self.violation_penalty * violation, "alive": 0.0 if fell else self.alive_bonus,
+                     "success": self.success_bonus * success}
+        if self.reward_mode == "dense":     # Phi = 0 on the step that ends the episode
+            del terms["progress"]
+            phi = 0.0 if terminated or truncated else self._potential()
+            terms["advance"] = self.shaping_gamma * phi - self.phi
+            self.phi = phi
         info = self._info(fell=fell, violation=violation, unstable=unstable)
-        info.update(reward_progress=r_prog, reward_effort=r_eff, reward_violation=r_vio, effort=effort)
-        return self._obs(), float(reward), terminated, truncated, info
+        info.update({"reward_" + k: v for k, v in terms.items()}, effort=effort)
+        return self._obs(), float(sum(terms.values())), terminated, truncated, info
 
     # ------------------------------------------------------------------ helpers
     def _grip(self, hand: str, grip: bool) -> None:
@@ -337,18 +382,35 @@ class MultiContactEnv(gym.Env):
         return {limb: hum.LIMB_LINK[limb] in touching or (limb in hum.HANDS and self._grasps[limb] is not None)
                 for limb in hum.LIMBS}
 
+    def _ground_below(self, x: float) -> float:
+        """The ground the torso's height is measured from (m): the lowest within 0.3 m of x
+        (mid-way up a step the torso is low over it); over the gap, the floor's level."""
+        if self.task.family == "gap":
+            return 0.0
+        return min(self.task.ground_height(x + d) for d in (-0.3, 0.0, 0.3))
+
+    @staticmethod
+    def _up(quat) -> float:
+        """The vertical component of the torso's up axis (1: upright)."""
+        return float(np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3)[2, 2])
+
     def _fallen(self, touching: set[str]) -> bool:
         pos, quat = self.robot.get_state()[:2]
         if touching & set(hum.TRUNK_LINKS):
             return True
-        # the ground below: the lowest within 0.3 m (mid-way up a step the torso is low over it)
-        ground = min(self.task.ground_height(pos[0] + d) for d in (-0.3, 0.0, 0.3))
-        if pos[2] - ground < FALL_HEIGHT and self.task.family != "gap":
+        if pos[2] - self._ground_below(pos[0]) < FALL_HEIGHT:
             return True
-        if self.task.family == "gap" and pos[2] < FALL_HEIGHT:
-            return True
-        up = np.array(p.getMatrixFromQuaternion(quat)).reshape(3, 3)[:, 2]
-        return bool(up[2] < math.cos(FALL_TILT))
+        return bool(self._up(quat) < math.cos(FALL_TILT))
+
+    def _potential(self) -> float:
+        """The dense mode's potential (module docstring): the CoM's advance toward the goal,
+        weighted by how far the torso is from falling (1 as at the start, 0 at a fall threshold)."""
+        pos, quat = self.robot.get_state()[:2]
+        (h0, up0), cos_fall = self._stand, math.cos(FALL_TILT)
+        height = (pos[2] - self._ground_below(pos[0]) - FALL_HEIGHT) / max(h0 - FALL_HEIGHT, 1e-6)
+        upright = (self._up(quat) - cos_fall) / max(up0 - cos_fall, 1e-6)
+        u = float(np.clip(height, 0.0, 1.0) * np.clip(upright, 0.0, 1.0))
+        return self.progress_weight * u * (self._d0 - float(np.linalg.norm(self.robot.com() - self._aim)))
 
     def sinks(self) -> dict[str, float]:
         """Per foot touching a soft pad: the pad's simulated sink under it, the depression of the
@@ -395,7 +457,7 @@ class MultiContactEnv(gym.Env):
                 "contacts": self.contacts(),
                 "grasping": {h: self._grasps[h] is not None for h in hum.HANDS},
                 "contact_violation": bool(violation), "family": self.task.family, "sink": self.sinks(),
-                "effort": 0.0, "reward_progress": 0.0, "reward_effort": 0.0, "reward_violation": 0.0}
+                "effort": 0.0, **{"reward_" + k: 0.0 for k in REWARD_TERMS[self.reward_mode]}}
 
     # ------------------------------------------------------------------ render
     def render(self):

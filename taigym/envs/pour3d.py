@@ -47,8 +47,27 @@ A float32 vector of 66 entries, every one bounded:
 
 ## Rewards
 
-Per step: the increase of ``in_target``, minus ``spill_penalty`` (default 2) times the increase
-of ``spilled``, minus ``smoothness_penalty`` (1e-3) times ``||a_t - a_{t-1}||^2``.
+``reward_mode`` chooses the reward; ``info["reward_<term>"]`` holds each term of the mode (0 at
+reset), and they sum to the reward.
+
+| mode | term | value |
+|------|------|-------|
+| ``"increase"`` (default), ``"dense"`` | target | the increase of ``in_target`` |
+| ``"increase"``, ``"dense"`` | spill | ``-spill_penalty`` (default 2) times the increase of ``spilled`` |
+| ``"increase"``, ``"dense"`` | smooth | ``-smoothness_penalty`` (1e-3) times ``||a_t - a_{t-1}||^2`` |
+| ``"dense"`` | approach | ``shaping_gamma`` Phi_a(s') - Phi_a(s), Pour-v0's approach potential in the pour plane (S's and T's cross-sections, ``plane_pose``): 0.2 max(0, 1 - miss / 0.4 m), miss the horizontal distance from the nearer of S's lips to T's opening centre |
+| ``"dense"`` | lean | ``shaping_gamma`` Phi_l(s') - Phi_l(s), Pour-v0's lean potential in the pour plane: 0.5 aim min(1, abs(theta) / 2 rad), aim = max(0, 1 - miss / W) on the pouring lip (W: half T's opening), fading to 0 as that lip sinks 1 cm below T's rim |
+| ``"sparse"`` | success | 1 on the step that ends an episode with ``success``, else 0 |
+
+``"dense"`` adds Pour-v0's potential-based shaping (Ng, Harada & Russell 1999;
+``taigym.envs.pour_reward``) to ``"increase"``: the approach potential brings a lip over T
+before any tilt, the lean potential rewards tilting only while the liquid would land in T. Both
+are measured in the pour plane: S's offset across it does not count (the liquid's box is 0.18 m
+across, and a step that would take S out of it is not taken). Phi
+is 0 on the step that ends an episode (termination or truncation: the time is in the
+observation), so the shaping adds -Phi(s_0) to the ``shaping_gamma``-discounted return whatever
+the agent does: for a learner with that discount (default 0.99) the optimal policies of
+``"dense"`` and ``"increase"`` are the same.
 
 ## Episode end
 
@@ -65,7 +84,7 @@ flight), ``success`` (= ``is_success``: in_target >= 0.9 and spilled <= 0.05, as
 ``sim_unstable``, ``time`` (s), ``action_clipped``, ``collision``, ``source_position``,
 ``source_axis``, ``lean``, ``plane_pose`` (S's pose (x, y, theta) in the pour plane's frame,
 the 2D Pour convention: theta counter-clockwise, pouring towards T is theta < 0),
-``n_particles``.
+``n_particles``, ``reward_<term>`` for each term of the reward mode (Rewards).
 
 ## Arguments
 
@@ -78,7 +97,8 @@ unless None, fixes that field of every sampled task, as Pour-v0's arguments of t
 [0.0035, 0.012], default :data:`DEFAULT_DX`; walls are max(1 cm, 2 dx) thick),
 ``render_mode`` (None or "rgb_array": the pour plane, S's and T's cross-sections, the boxes,
 the liquid projected onto the plane and the arm's links), ``render_size`` ((320, 512)),
-``spill_penalty``, ``smoothness_penalty``, ``arch`` ("cpu"), ``fidelity`` ("particles", the
+``spill_penalty``, ``smoothness_penalty``, ``reward_mode`` ("increase", "dense" or "sparse";
+Rewards), ``shaping_gamma`` ([0, 1], default 0.99), ``arch`` ("cpu"), ``fidelity`` ("particles", the
 only one: no reduced 3D model yet). A closed env hands its liquid solver to the next env made
 with the same ``dx`` and ``arch`` (``taigym.sim.pool``): making envs again costs no Taichi
 compilation and no new memory.
@@ -92,6 +112,8 @@ compilation and no new memory.
   viscosity, rest-density correction; see the validation page): the same task and actions
   give a different liquid, so results from before are not comparable.
   ``dx`` accepts 3.5 mm.
+* v0 (2026-11-28): ``reward_mode`` ("increase", the reward so far, the default; "dense";
+  "sparse") and ``shaping_gamma``; info gains ``reward_<term>``.
 """
 
 from __future__ import annotations
@@ -112,6 +134,7 @@ from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joi
 from .pour_config import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION,
                           SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED)
 from .pour_geometry import shape_features
+from .pour_reward import potentials
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .pour_tasks import MAX_VISCOSITY
@@ -122,6 +145,11 @@ DEFAULT_DX = 0.007                   # m: a 4 cm bottle neck is 5.7 cells wide
 OBS_SIZE = 52 + 7 * MAX_OBSTACLES
 SOURCE, TARGET = 0, 1                # body handles in the world; boxes after them
 PARKED = (-0.2, -0.2, -0.2, 0.0, 0.0, 0.0)    # an unused box slot: outside the domain
+REWARD_MODES = ("increase", "dense", "sparse")
+#: the terms of each mode, in the order they are summed; ``info["reward_<term>"]`` holds each
+REWARD_TERMS = {"increase": ("target", "spill", "smooth"),
+                "dense": ("target", "spill", "smooth", "approach", "lean"),
+                "sparse": ("success",)}
 MIN_CAPACITY = 16000                 # particles: more than S's liquid in any sampled task at DEFAULT_DX
 
 
@@ -205,7 +233,11 @@ class Pour3DEnv(gym.Env):
                  fill: float | None = None, viscosity: float | None = None, horizon: float = 5.0,
                  dx: float = DEFAULT_DX, render_mode: str | None = None, render_size=(320, 512),
                  spill_penalty: float = 2.0, smoothness_penalty: float = 1e-3, arch: str = "cpu",
-                 fidelity: str = "particles"):
+                 fidelity: str = "particles", reward_mode: str = "increase", shaping_gamma: float = 0.99):
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+        self.reward_mode = reward_mode
+        self.shaping_gamma = bounded_float("shaping_gamma", shaping_gamma, 0.0, 1.0)
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if container is not None and container not in SOURCE_SHAPES:
@@ -279,7 +311,19 @@ class Pour3DEnv(gym.Env):
         self.velocity = np.zeros(6)
         self._read()
         self.info = self._info()
-        return self._obs(), dict(self.info)
+        if self.reward_mode == "dense":    # the cross-sections' lips and T's opening (m), fixed in an episode
+            source, target = scene.section.source_shape(self.wall), scene.section.target_shape(self.wall)
+            (lx, _), (rx, _) = target.lips
+            self._openings = (source.lips, target.opening_centre, 0.5 * abs(rx - lx))
+        self.phi = self._potentials() if self.reward_mode == "dense" else {}
+        return self._obs(), {**self.info, **{"reward_" + k: 0.0 for k in REWARD_TERMS[self.reward_mode]}}
+
+    def _potentials(self) -> dict[str, float]:
+        """The dense mode's potentials (Pour-v0's, ``taigym.envs.pour_reward``) in the pour plane
+        (T is static: its speed is 0)."""
+        lips, t_oc, t_half = self._openings
+        approach, lean = potentials(self.plane_pose(), self.scene.t_pose[:2], 0.0, lips, t_oc, t_half)
+        return {"approach": float(approach), "lean": float(lean)}
 
     def _load_world(self, task: Pour3DTask, scene: PlaneScene, jitter: int) -> None:
         from taigym.sim import Box3, World3D
@@ -344,13 +388,22 @@ class Pour3DEnv(gym.Env):
         self.info = self._info()
         da = a - self.prev_action
         self.prev_action = a
-        reward = (self.info["in_target"] - prev["in_target"]
-                  - self.spill_penalty * (self.info["spilled"] - prev["spilled"])
-                  - self.smoothness_penalty * float(da @ da))
         terminated = (not self.unstable and self.info["in_source"] <= EMPTY_FRACTION
                       and self.info["in_flight"] <= SETTLED_FRACTION)
         truncated = self.unstable or (not terminated and self.steps >= self.max_steps)
-        return self._obs(), float(reward), bool(terminated), bool(truncated), dict(self.info)
+        if self.reward_mode == "sparse":
+            terms = {"success": float(self.info["success"] and (terminated or truncated))}
+        else:
+            terms = {"target": self.info["in_target"] - prev["in_target"],
+                     "spill": -self.spill_penalty * (self.info["spilled"] - prev["spilled"]),
+                     "smooth": -self.smoothness_penalty * float(da @ da)}
+        if self.reward_mode == "dense":     # Phi = 0 on the step that ends the episode
+            phi = dict.fromkeys(self.phi, 0.0) if terminated or truncated else self._potentials()
+            for name, value in phi.items():
+                terms[name] = self.shaping_gamma * value - self.phi[name]
+            self.phi = phi
+        info = {**self.info, **{"reward_" + k: v for k, v in terms.items()}}
+        return self._obs(), float(sum(terms.values())), bool(terminated), bool(truncated), info
 
     def _blocked(self, q1, pose0, pose1) -> bool:
         """The move to q1 brings the arm into a solid (at mid-step or at its end), S's wall

@@ -169,6 +169,7 @@ class TransportBase(gym.Env):
     reward_mode = "progress"
     shaping_gamma = 0.99
     collision_penalty = 1.0
+    reward_terms = REWARD_TERMS     # mode -> its terms, in the order they are summed
 
     def _potentials(self) -> dict[str, float]:
         raise NotImplementedError(f"{type(self).__name__} has no dense reward")
@@ -177,7 +178,7 @@ class TransportBase(gym.Env):
         """At reset: the shaping potentials of the first state; the reset's ``info["reward_<term>"]``
         (zeros)."""
         self.phi = self._potentials() if self.reward_mode == "dense" else {}
-        return {"reward_" + k: 0.0 for k in REWARD_TERMS[self.reward_mode]}
+        return {"reward_" + k: 0.0 for k in self.reward_terms[self.reward_mode]}
 
     def _end_step(self, d_prev: float, spilled_prev: float) -> tuple:
         """The step's return: the terms of ``reward_mode`` (module docstring) from the distance
@@ -205,6 +206,14 @@ class TransportBase(gym.Env):
         return self._obs(), float(sum(terms.values())), terminated, truncated, info
 
 
+def check_reward_arguments(reward_mode: Any, shaping_gamma: Any) -> None:
+    """ValueError unless ``reward_mode`` is one of :data:`REWARD_MODES` and ``shaping_gamma`` in [0, 1]."""
+    if reward_mode not in REWARD_MODES:
+        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
+    if isinstance(shaping_gamma, bool) or not (isinstance(shaping_gamma, (int, float)) and 0 <= shaping_gamma <= 1):
+        raise ValueError(f"shaping_gamma must be in [0, 1] (the learner's discount), got {shaping_gamma!r}")
+
+
 class TransportEnv(TransportBase):
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1 / CONTROL_DT)),
                 "episode_metrics": EPISODE_METRICS}
@@ -215,10 +224,7 @@ class TransportEnv(TransportBase):
                  reward_mode: str = "progress", shaping_gamma: float = 0.99, collision_penalty: float = 1.0,
                  near_goal: float = 0.0,
                  render_mode: str | None = None, render_size: tuple[int, int] = (320, 480)):
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-        if not (isinstance(shaping_gamma, (int, float)) and 0 <= shaping_gamma <= 1):
-            raise ValueError(f"shaping_gamma must be in [0, 1] (the learner's discount), got {shaping_gamma!r}")
+        check_reward_arguments(reward_mode, shaping_gamma)
         if not (isinstance(collision_penalty, (int, float)) and 0 <= collision_penalty < math.inf):
             raise ValueError(f"collision_penalty must be a finite number >= 0, got {collision_penalty!r}")
         if task_split not in (None, "train", "eval"):

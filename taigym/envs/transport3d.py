@@ -41,11 +41,27 @@ A float32 vector of 61 entries, every one bounded:
 
 ## Rewards
 
-Transport-v0's ``"progress"`` reward mode (the only one here): per step, the terms progress
-``(d_prev - d) / d_0`` with ``d`` the distance to the goal (m, plus 0.05 m per rad of tilt),
-spill ``-spill_penalty * 100 * (increase of the spilled fraction)``, time ``-time_penalty``
-(default 0.01), collision ``-1`` on a collision, success ``+1`` on success; ``info["reward_<term>"]``
-holds each.
+``reward_mode`` chooses the reward, as Transport-v0's; ``info["reward_<term>"]`` holds each term
+of the mode (0 at reset), and they sum to the reward.
+
+| mode | term | value |
+|------|------|-------|
+| ``"progress"`` (default), ``"dense"`` | progress | ``(d_prev - d) / d_0``, ``d`` the distance from the container's origin to the goal (m, plus 0.05 m per rad of tilt), ``d_0`` at the start |
+| ``"progress"``, ``"dense"`` | spill | ``-spill_penalty * 100 *`` (increase of the spilled fraction): default -1 per percent spilled |
+| ``"progress"``, ``"dense"`` | time | ``-time_penalty`` (default 0.01) |
+| ``"progress"``, ``"dense"`` | collision | -1 on the step that collides (it ends the episode) |
+| all | success | +1 on the step that ends the episode with ``success`` |
+| ``"dense"`` | distance | ``shaping_gamma`` Phi_d(s') - Phi_d(s), Phi_d = -1 * r / r_0: ``r`` the straight distance from the container's origin to the goal (m), ``r_0`` at the start |
+| ``"dense"`` | upright | ``shaping_gamma`` Phi_u(s') - Phi_u(s), Phi_u = -0.5 min(1, tilt / theta_max), ``theta_max`` the SFRRT* paper's maximum tilt at this fill (observation 37) |
+
+``"dense"`` adds potential-based shaping (Ng, Harada & Russell 1999) to ``"progress"``, as
+Transport-v0's ``"dense"`` but with the straight distance for the route (no 3D route planner in
+the env): the distance potential pulls toward the goal within the discount, the upright
+potential charges for tilt, the spill risk. Phi is 0 on the step that ends an episode
+(termination or truncation: the time is in the observation), so the shaping adds -Phi(s_0) = 1
+(the container starts upright) to the ``shaping_gamma``-discounted return whatever the agent
+does: for a learner with that discount (default 0.99) the optimal policies of ``"dense"`` and
+``"progress"`` are the same. ``"sparse"`` rewards success only.
 
 ## Episode end
 
@@ -59,7 +75,8 @@ holds each.
 ``task_split`` (None: sampled tasks; "train" or "eval": drawn from the fixed split; or pass
 ``options={"task": ...}`` to ``reset``), ``horizon`` (s), ``dx`` (liquid grid spacing, m,
 :data:`DEFAULT_DX`; 3.25 mm-1 cm), ``spill_penalty``, ``time_penalty``, ``viscosity`` (Pa s),
-``arch`` (Taichi arch, "cpu"). A closed env hands its liquid solver to the next env made with
+``arch`` (Taichi arch, "cpu"), ``reward_mode`` ("progress", "dense" or "sparse"; Rewards),
+``shaping_gamma`` ([0, 1], default 0.99). A closed env hands its liquid solver to the next env made with
 the same ``dx``, ``viscosity`` and ``arch`` (``taigym.sim.pool``): making envs again costs no
 Taichi compilation and no new memory.
 
@@ -80,6 +97,8 @@ Taichi compilation and no new memory.
   give a different liquid, so results from before are not comparable.
   ``dx`` accepts 3.25 mm.
 * v0 (2026-11-28): info gains ``reward_<term>``; ``metadata["episode_metrics"]`` gains ``collided``.
+* v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
+  "sparse") and ``shaping_gamma``.
 """
 
 from __future__ import annotations
@@ -95,7 +114,8 @@ from ..sim import pool
 from ..sim.constants import CONTROL_DT
 from .checks import check_action
 from .panda import CONTAINER_WALL, TO_SIM, joint_step
-from .transport import EPISODE_METRICS, GOAL_TOLERANCE, STILL, TILT_WEIGHT, TransportBase
+from .transport import (EPISODE_METRICS, GOAL_TOLERANCE, REWARD_TERMS, ROUTE_WEIGHT, STILL, TILT_WEIGHT,
+                        UPRIGHT_WEIGHT, TransportBase, check_reward_arguments)
 from .transport3d_tasks import (JOINT_HIGH, JOINT_LOW, MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS,
                                 PandaCarrier, Transport3DTask, as_task, sample_feasible_task,
                                 transport3d_tasks)
@@ -106,6 +126,8 @@ OBS_SIZE = 40 + 7 * MAX_OBSTACLES
 # 6.5 mm agrees with 5 mm on spill or not in 20 of 24 carries (the other 4 spill less), at 40 %
 # of its cost per step
 DEFAULT_DX = 0.0065
+#: Transport-v0's terms, the straight distance in place of the route
+REWARD_TERMS_3D = {**REWARD_TERMS, "dense": (*REWARD_TERMS["progress"], "distance", "upright")}
 
 
 def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
@@ -122,11 +144,13 @@ def observation_bounds() -> tuple[np.ndarray, np.ndarray]:
 
 
 class Transport3DEnv(TransportBase):
+    reward_terms = REWARD_TERMS_3D
     metadata = {"render_modes": [], "render_fps": int(round(1 / CONTROL_DT)), "episode_metrics": EPISODE_METRICS}
 
     def __init__(self, task_split: str | None = None, horizon: float = 10.0, dx: float = DEFAULT_DX,
                  spill_penalty: float = 1.0, time_penalty: float = 0.01, viscosity: float = 1e-3,
-                 arch: str = "cpu"):
+                 arch: str = "cpu", reward_mode: str = "progress", shaping_gamma: float = 0.99):
+        check_reward_arguments(reward_mode, shaping_gamma)
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")
         if not (isinstance(horizon, (int, float)) and 0.5 <= horizon <= 120):
@@ -138,6 +162,7 @@ class Transport3DEnv(TransportBase):
             raise ValueError(f"viscosity must be in [0, 0.5] Pa s, got {viscosity!r}")
         self.task_split, self.horizon, self.dx = task_split, float(horizon), float(dx)
         self.viscosity, self.arch = float(viscosity), arch
+        self.reward_mode, self.shaping_gamma = reward_mode, float(shaping_gamma)
         self.spill_penalty, self.time_penalty = float(spill_penalty), float(time_penalty)
         self.action_space = spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
         self.observation_space = spaces.Box(*observation_bounds(), dtype=np.float32)
@@ -182,13 +207,22 @@ class Transport3DEnv(TransportBase):
         self.velocity = np.zeros(6)
         self.steps, self.collided, self.unstable, self.spilled, self.clipped = 0, False, False, 0.0, False
         self.d0 = max(self._distance(), 1e-6)
+        self.r0 = max(self._straight(), 1e-6)
         return self._obs(), {**self._info(success=False), **self._start_reward()}
+
+    def _potentials(self) -> dict[str, float]:
+        """The dense mode's shaping potentials of the current state (module docstring)."""
+        return {"distance": -ROUTE_WEIGHT * self._straight() / self.r0,
+                "upright": -UPRIGHT_WEIGHT * min(1.0, self._tilt() / self.theta_max)}
+
+    def _straight(self) -> float:
+        return float(np.linalg.norm(np.asarray(self.task.goal) - self.position))
 
     def _tilt(self) -> float:
         return float(math.acos(np.clip(self.R[2, 1], -1.0, 1.0)))   # container y vs robot z
 
     def _distance(self) -> float:
-        return float(np.linalg.norm(np.asarray(self.task.goal) - self.position) + TILT_WEIGHT * self._tilt())
+        return self._straight() + TILT_WEIGHT * self._tilt()
 
     def step(self, action):
         if self.task is None:

@@ -212,6 +212,12 @@ class Robot:
                 self._axes_cache.append(a / np.linalg.norm(a))
         return self._axes_cache
 
+    def com(self) -> np.ndarray:
+        """Centre of mass (3,) of the current configuration (m): the links' mass-weighted COMs."""
+        base, _, states = self._links()
+        coms = np.array([base] + [s[0] for s in states])
+        return self.masses @ coms / self.total_mass
+
     def com_and_jacobian(self) -> tuple[np.ndarray, np.ndarray]:
         """As :meth:`Kinematics.com_and_jacobian`, for the current configuration."""
         return self.kinematics().com_and_jacobian()
