@@ -138,6 +138,7 @@ from .pour_reward import potentials
 from .pour3d_tasks import (COUNTER, COUNTER_HEIGHT, MAX_OBSTACLES, SOURCE_SHAPES, TARGET_SHAPES,
                            Pour3DTask, as_task, pour3d_tasks, sample_task)
 from .pour_tasks import MAX_VISCOSITY
+from .shaping import shaping_terms
 from .transport3d_tasks import HOME
 
 MAX_JOINT_SPEED = np.array([2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61])   # rad/s, the Panda's
@@ -397,11 +398,9 @@ class Pour3DEnv(gym.Env):
             terms = {"target": self.info["in_target"] - prev["in_target"],
                      "spill": -self.spill_penalty * (self.info["spilled"] - prev["spilled"]),
                      "smooth": -self.smoothness_penalty * float(da @ da)}
-        if self.reward_mode == "dense":     # Phi = 0 on the step that ends the episode
-            phi = dict.fromkeys(self.phi, 0.0) if terminated or truncated else self._potentials()
-            for name, value in phi.items():
-                terms[name] = self.shaping_gamma * value - self.phi[name]
-            self.phi = phi
+        if self.reward_mode == "dense":
+            shaped, self.phi = shaping_terms(self.phi, self._potentials, self.shaping_gamma, terminated or truncated)
+            terms.update(shaped)
         info = {**self.info, **{"reward_" + k: v for k, v in terms.items()}}
         return self._obs(), float(sum(terms.values())), bool(terminated), bool(truncated), info
 

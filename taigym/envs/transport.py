@@ -120,6 +120,7 @@ from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
 from .checks import check_action
+from .shaping import shaping_terms
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               near_goal_start, route_distance, sample_task, transport_tasks)
 
@@ -196,11 +197,9 @@ class TransportBase(gym.Env):
                      "spill": -self.spill_penalty * 100.0 * (self.spilled - spilled_prev),
                      "time": -self.time_penalty, "collision": -self.collision_penalty * self.collided,
                      "success": float(success)}
-        if self.reward_mode == "dense":      # Phi = 0 on the state that ends the episode
-            phi = dict.fromkeys(self.phi, 0.0) if terminated or truncated else self._potentials()
-            for name, value in phi.items():
-                terms[name] = self.shaping_gamma * value - self.phi[name]
-            self.phi = phi
+        if self.reward_mode == "dense":
+            shaped, self.phi = shaping_terms(self.phi, self._potentials, self.shaping_gamma, terminated or truncated)
+            terms.update(shaped)
         info = self._info(success)
         info.update({"reward_" + k: v for k, v in terms.items()})
         return self._obs(), float(sum(terms.values())), terminated, truncated, info
