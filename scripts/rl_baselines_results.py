@@ -15,7 +15,10 @@ seed=<k> ...`` run. From it:
   (``metrics.csv``: ``rollout/success`` and SB3's ``rollout/ep_rew_mean``, the mean return of
   the last 100 training episodes under the training reward).
 
-A run still training (no ``result.json`` yet) gives its curve so far and no row. Writes
+A directory of ``python -m taigym.apps.evaluate`` (a ``metrics.json`` and no
+``train_config.json``: ``agent=random`` on the same eval tasks, the floor to beat) gives a row
+without training and no curve. A run still training (no ``result.json`` yet) gives its curve so
+far and no row. Writes
 ``docs/results/<name>.csv`` (rows), ``<name>_curve.csv`` and ``<name>.png`` (success and
 return against env steps, a column per env), ``<name>.json`` (title, command, notes). Ends with
 one JSON line (the rows)::
@@ -74,29 +77,45 @@ def logged_seconds(run: Path) -> float:
     return total + last
 
 
-def final_row(run: Path) -> dict | None:
-    """The run's final evaluation (``result.json``), or None while it trains."""
-    path = run / "result.json"
-    if not path.exists():
-        return None
-    result, info = json.loads(path.read_text()), run_info(run)
-    head = result["eval"]
+def is_train_run(run: Path) -> bool:
+    return (run / "train_config.json").exists()
+
+
+def eval_columns(head: dict) -> dict:
+    """An evaluation's headline (``taigym.apps.evaluate.headline``) as the row's columns."""
     others = []                                   # every other metric with its interval, in one cell
     for key, value in head.items():
         name = key[:-len("_ci95")]
         if key.endswith("_ci95") and key not in ("success_ci95", "mean_return_ci95") and math.isfinite(head[name]):
             short = name.removeprefix("mean_").removesuffix("_rate")
             others.append(f"{short} {head[name]:.3g} [{value[0]:.3g}, {value[1]:.3g}]")
-    seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
-    return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0],
-            "episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
+    return {"episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
             "mean_return": round(head.get("mean_return", math.nan), 3),
             "return_ci95": "[{:.3g}, {:.3g}]".format(*head.get("mean_return_ci95", (math.nan, math.nan))),
             "metrics": "; ".join(others)}
 
 
+def final_row(run: Path) -> dict | None:
+    """The run's final evaluation (``result.json``; an evaluate directory's ``metrics.json``), or
+    None while it trains."""
+    if not is_train_run(run):
+        from taigym.apps.evaluate import headline
+
+        out = json.loads((run / "metrics.json").read_text())
+        return {"agent": out["agent"], "env": out["env"], "seed": "", "env_steps": 0, "train_seconds": 0,
+                "load_1min": "", **eval_columns(headline(out))}
+    path = run / "result.json"
+    if not path.exists():
+        return None
+    result, info = json.loads(path.read_text()), run_info(run)
+    seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
+    return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0], **eval_columns(result["eval"])}
+
+
 def curve(run: Path) -> list[dict]:
-    """The run's learning curve (module docstring)."""
+    """The run's learning curve (module docstring); none for an evaluate directory."""
+    if not is_train_run(run):
+        return []
     info = run_info(run)
     base = {k: info[k] for k in ("agent", "env", "seed")}
     if (run / "curve.csv").exists():
@@ -161,7 +180,8 @@ def main() -> None:
         "rows: the final deterministic policy once on each of the first `episodes` eval tasks (the "
         "env's default reward), success with its Wilson 95 % interval and every other metric with "
         "its interval (Wilson for rates, Student t for means); train_seconds is wall time on the "
-        "shared 2-core machine, load_1min the 1-minute load average at the end. Curves: success on "
+        "shared 2-core machine, load_1min the 1-minute load average at the end; rows with 0 env "
+        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: success on "
         "the eval tasks during training when the run evaluated (source 'eval tasks'; its return is the "
         "mean of the training episodes since the previous point), else the "
         "training episodes' (source 'training episodes': success of the episodes that ended in "
