@@ -10,10 +10,11 @@ seed=<k> ...`` run. From it:
   over the sessions of a resumed run (``metrics.csv``), the env steps trained
   (``checkpoints/state.json``) and ``train_config.json``'s agent, env and seed;
 * the curve: ``curve.csv`` when the run evaluated on the eval tasks as it trained
-  (``agent.eval_every``: success on the eval tasks, the mean return of the training episodes
-  since the previous point), else the training episodes' metrics that the console logger wrote
-  (``metrics.csv``: ``rollout/success`` and SB3's ``rollout/ep_rew_mean``, the mean return of
-  the last 100 training episodes under the training reward).
+  (``agent.eval_every``: success and spilled fraction on the eval tasks, the mean return of the
+  training episodes since the previous point), else the training episodes' metrics that the
+  console logger wrote (``metrics.csv``: ``rollout/success``, ``rollout/spilled`` where the env
+  has it, and SB3's ``rollout/ep_rew_mean``, the mean return of the last 100 training episodes
+  under the training reward).
 
 A directory of ``python -m taigym.apps.evaluate`` (a ``metrics.json`` and no
 ``train_config.json``: ``agent=random`` on the same eval tasks, the floor to beat) gives a row
@@ -39,7 +40,7 @@ from taigym.apps.common import save_figure, write_csv, write_result_meta
 ROOT = Path(__file__).resolve().parent.parent
 ROW_FIELDS = ("agent", "env", "seed", "env_steps", "train_seconds", "load_1min", "episodes", "success",
               "success_ci95", "mean_return", "return_ci95", "metrics")
-CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return")
+CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return", "spilled")
 
 
 def _fmt_ci(ci) -> str:
@@ -121,12 +122,14 @@ def curve(run: Path) -> list[dict]:
     if (run / "curve.csv").exists():
         with (run / "curve.csv").open(newline="") as f:
             return [{**base, "steps": int(r["steps"]), "seconds": r["seconds"], "source": "eval tasks",
-                     "success": _num(r["eval_success"]), "return": _num(r["train_return"])}
+                     "success": _num(r["eval_success"]), "return": _num(r["train_return"]),
+                     "spilled": _num(r.get("eval_spilled"))}
                     for r in csv.DictReader(f)]
     with (run / "metrics.csv").open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("rollout/ep_rew_mean") and r.get("rollout/success")]
     return [{**base, "steps": int(r["step"]), "seconds": r.get("time/time_elapsed", ""), "source": "training episodes",
-             "success": _num(r.get("rollout/success")), "return": _num(r["rollout/ep_rew_mean"])} for r in rows]
+             "success": _num(r.get("rollout/success")), "return": _num(r["rollout/ep_rew_mean"]),
+             "spilled": _num(r.get("rollout/spilled"))} for r in rows]
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -136,7 +139,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     envs = list(dict.fromkeys(r["env"] for r in rows))
-    fig, axes = plt.subplots(2, len(envs), figsize=(3.6 * len(envs), 5.4), squeeze=False)
+    fig, axes = plt.subplots(3, len(envs), figsize=(3.6 * len(envs), 7.8), squeeze=False)
     for j, env in enumerate(envs):
         mine = [r for r in rows if r["env"] == env]
         for key in dict.fromkeys((r["agent"], r["seed"], r["source"]) for r in mine):
@@ -145,6 +148,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             steps = [r["steps"] / 1e3 for r in line]
             axes[0, j].plot(steps, [r["success"] for r in line], marker="o", ms=2, label=label)
             axes[1, j].plot(steps, [r["return"] for r in line], marker="o", ms=2, label=label)
+            axes[2, j].plot(steps, [r["spilled"] for r in line], marker="o", ms=2, label=label)
         budgets = [max(r["steps"] for r in mine if r["agent"] == a) for a in {r["agent"] for r in mine}]
         if max(budgets) > 5 * min(budgets):           # agents' budgets of different scales (PPO 2M, SAC 150k)
             for ax in axes[:, j]:
@@ -153,7 +157,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         axes[0, j].set_ylim(-0.02, 1.02)
         axes[0, j].set_ylabel("success")
         axes[1, j].set_ylabel("return of training episodes", fontsize=8)
-        axes[1, j].set_xlabel("env steps (thousands)")
+        if not any(math.isfinite(r["spilled"]) for r in mine):   # an env without liquid (MultiContact)
+            axes[2, j].set_axis_off()
+        axes[2, j].set_ylim(-0.02, 1.02)
+        axes[2, j].set_ylabel("spilled fraction", fontsize=8)
+        axes[2, j].set_xlabel("env steps (thousands)")
         axes[0, j].legend(fontsize=6, loc="best")
         for ax in axes[:, j]:
             ax.grid(alpha=0.3)
@@ -181,11 +189,11 @@ def main() -> None:
         "env's default reward), success with its Wilson 95 % interval and every other metric with "
         "its interval (Wilson for rates, Student t for means); train_seconds is wall time on the "
         "shared 2-core machine, load_1min the 1-minute load average at the end; rows with 0 env "
-        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: success on "
+        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: success (and spilled) on "
         "the eval tasks during training when the run evaluated (source 'eval tasks'; its return is the "
         "mean of the training episodes since the previous point), else the "
-        "training episodes' (source 'training episodes': success of the episodes that ended in "
-        "the logging interval, return the mean of the last 100 under the training reward).")
+        "training episodes' (source 'training episodes': success and spilled fraction of the episodes "
+        "that ended in the logging interval, return the mean of the last 100 under the training reward).")
     plot(curves, args.out / f"{args.name}.png", args.title)
     print(json.dumps(rows))
 

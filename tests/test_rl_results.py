@@ -39,9 +39,10 @@ def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     mod = _script()
     done = _run(tmp_path, "sac", "transport", 30000)
     _csv(done / "metrics.csv", [                 # resumed once: SB3's time_elapsed starts again
-        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0", "time/time_elapsed": 50},
-        {"step": 2000, "rollout/success": "0.25", "rollout/ep_rew_mean": "-2.0", "time/time_elapsed": 100},
-        {"step": 2500, "rollout/success": "", "rollout/ep_rew_mean": "", "time/time_elapsed": 20}])
+        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0", "time/time_elapsed": 50, "rollout/spilled": ""},
+        {"step": 2000, "rollout/success": "0.25", "rollout/ep_rew_mean": "-2.0", "time/time_elapsed": 100,
+         "rollout/spilled": "0.4"},
+        {"step": 2500, "rollout/success": "", "rollout/ep_rew_mean": "", "time/time_elapsed": 20, "rollout/spilled": ""}])
     (done / "result.json").write_text(json.dumps({
         "train_seconds": 23.4, "load": [5.5, 5.0, 4.0],
         "eval": {"episodes": 20, "success_rate": 0.1, "success_ci95": [0.03, 0.3], "mean_spilled": 0.02,
@@ -56,7 +57,7 @@ def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     assert row["success"] == 0.1 and row["success_ci95"] == "[0.03, 0.30]" and row["episodes"] == 20
     assert row["train_seconds"] == 120                # both sessions, not the last one's 23.4
     assert row["metrics"] == "spilled 0.02 [0.01, 0.03]" and row["return_ci95"] == "[nan, nan]"
-    assert [(p["steps"], p["success"], p["return"]) for p in mod.curve(done)] == [(2000, 0.25, -2.0)]
+    assert [(p["steps"], p["success"], p["return"], p["spilled"]) for p in mod.curve(done)] == [(2000, 0.25, -2.0, 0.4)]
     point = mod.curve(training)[0]
     assert point["source"] == "eval tasks" and point["success"] == 0.4 and point["return"] == -0.5
 
