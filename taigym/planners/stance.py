@@ -27,7 +27,6 @@ import time
 import numpy as np
 
 from taigym.sim import humanoid as hum
-from taigym.sim.constants import GRAVITY
 
 from .stance_check import check_step
 from .stance_ik import (FOOT_PLANE_CLEARANCE, HAND_PLANE_CLEARANCE, LIFT_TOL, POS_TOL, SWING_CLEARANCE, solve_ik,
@@ -175,37 +174,18 @@ def plan(task: StanceTask, *, time_limit: float | None = None, max_nodes: int = 
 
 
 
-def _is_line_support(model: StanceModel, support) -> bool:
-    """One sole on a plane and hands (point contacts: the body can only turn about the line
-    through them)."""
-    feet = [c for c in support if c.limb in hum.FEET]
-    return len(support) >= 2 and len(feet) == 1 and model.surfaces[feet[0].surface].kind != "bar"
-
-
 def _line_support_ok(model: StanceModel, step: Step) -> bool:
-    """A release that leaves a line support (:func:`_is_line_support`) is kept only if that
-    support can accelerate the CoM of its configuration by COM_ACCEL_MARGIN in every horizontal
-    direction without turning the body. The next swing starts there; on eval slopes 5, 8, 14,
-    17, 21 (0.05-0.27 m/s^2) the executor's QP could not stop a 3 cm/s drift of the CoM without
-    rolling the body about the sole-hand line, and the robot fell (the swings that reached the
-    goal had 0.58-0.95)."""
-    if not _is_line_support(model, step.support):
+    """A release that leaves one sole on a plane and hands (point contacts: the body can only
+    turn about the line through them) is kept only if that support can accelerate the CoM of
+    its configuration by COM_ACCEL_MARGIN in every horizontal direction without turning the
+    body. The next swing starts there; on eval slopes 5, 8, 14, 17, 21 (0.05-0.27 m/s^2) the
+    executor's QP could not stop a 3 cm/s drift of the CoM without rolling the body about the
+    sole-hand line, and the robot fell (the swings that reached the goal had 0.58-0.95)."""
+    feet = [c for c in step.support if c.limb in hum.FEET]
+    if len(step.support) < 2 or len(feet) != 1 or model.surfaces[feet[0].surface].kind == "bar":
         return True
     model.set((step.base_pos, step.base_quat, step.q))
     return com_accel_margin(model, step.support, model.robot.com_and_jacobian()[0]) >= COM_ACCEL_MARGIN
-
-
-def _line_com_margin(model: StanceModel, support) -> float:
-    """The static stability margin (m) equivalent to COM_ACCEL_MARGIN for the model's current
-    configuration on the line support ``support``: a horizontal CoM acceleration a tilts the
-    gravito-inertial force as moving the CoM by a h / g does, h the CoM's height above the sole.
-    A release's CoM target on the edge of the balanced region (where the IK's nearest balanced
-    point lies when the feet are outside it, as when a sole stands on a slope steeper than its
-    friction cone beside the rail hand) has no margin at all, so the release failed
-    :func:`_line_support_ok`."""
-    sole = next(c for c in support if c.limb in hum.FEET)
-    h = float(model.robot.com_and_jacobian()[0][2] - model.target(sole)[0][2])
-    return COM_ACCEL_MARGIN * max(h, 0.0) / GRAVITY
 
 
 def _on_bar(model: StanceModel, new: Contact) -> bool:
@@ -260,8 +240,7 @@ def adjacent_moves(model: StanceModel, stance, x0, goal):
                 model.set(x0)
                 if free.limb in hum.FEET and not _on_bar(model, free):
                     # the paper: a step is a move only if a transition between its stances exists
-                    margin = _line_com_margin(model, stance) if _is_line_support(model, stance) else 0.0
-                    step.transition = solve_transition(model, x0, step, free.limb, com_margin=margin)
+                    step.transition = solve_transition(model, x0, step, free.limb)
                     if step.transition is None:
                         return None
                 return tuple(sorted(step.touching)), step
@@ -272,10 +251,7 @@ def adjacent_moves(model: StanceModel, stance, x0, goal):
             rest = tuple(x for x in stance if x is not c)
 
             def solve(rest=rest):
-                # onto a line support, the CoM target keeps the margin COM_ACCEL_MARGIN asks
-                model.set(x0)
-                margin = _line_com_margin(model, rest) if _is_line_support(model, rest) else 0.0
-                res = solve_ik(model, x0, stance, rest, com_margin=margin)
+                res = solve_ik(model, x0, stance, rest)
                 if res is None or not _line_support_ok(model, res[0]):
                     return None
                 return rest, res[0]

@@ -34,7 +34,7 @@ from taigym.sim import humanoid as hum
 
 from .stance_model import Contact, StanceModel, Step
 from .stance_soft import is_soft, soft_equilibrium
-from .stance_statics import com_target, contact_forces, solve_qp, stability_margin
+from .stance_statics import com_target, contact_forces, solve_qp
 
 POS_TOL = 2e-3          #: m, contact position residual accepted from the IK
 ROT_TOL = 0.02          #: rad, sole orientation residual
@@ -66,8 +66,7 @@ def _fail(reason: str):
 
 
 def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = None,
-             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float | None = None,
-             com_margin: float = 0.0):
+             u_bounds=(0.0, 0.0), goal_dir: float = 1.0, iters: int = 30, lean: float | None = None):
     """The stance IK (module docstring). ``free``: the Adj+ contact whose u is a variable in
     ``u_bounds``, pulled along +``goal_dir``. Returns (Step, chosen free contact) or None.
 
@@ -78,15 +77,11 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
     convex equilibrium region, so is their blend; the blend is ``lean``, by default
     :data:`LEAN`, or :data:`LEAN_FRONT` with a hand on the wall or a rung). If the forces then fail (the CoM had to
     leave its target to reach), a second pass aims at the balanced point nearest the CoM that
-    the first pass reached, moved 15 % back towards the feet.
-
-    ``com_margin`` (m) > 0: both passes aim instead at the nearest CoM whose diamond of that
-    radius is balanced (or of half of it, if none is), not at a point of the balanced region's
-    edge (:func:`balanced_com`)."""
+    the first pass reached, moved 15 % back towards the feet."""
     mass = model.robot.total_mass
     fixed = [c for c in touching if c is not free]
     feet = [c for c in support if c.limb in hum.FEET] or list(support)
-    centre = balanced_com(model, support, mass, np.mean([model.target(c)[0][:2] for c in feet], axis=0), com_margin)
+    centre = com_target(model, support, mass, np.mean([model.target(c)[0][:2] for c in feet], axis=0))
     if centre is None:
         return _fail("com")
     com_xy = centre
@@ -121,28 +116,11 @@ def solve_ik(model: StanceModel, x0, touching, support, free: Contact | None = N
             points, tau, _ = out
             return Step(touching_c, support_c, x[0], x[1], x[2], points, tau), new
         reached = model.robot.com_and_jacobian()[0][:2]
-        nearest = balanced_com(model, support, mass, reached, com_margin)
+        nearest = com_target(model, support, mass, reached)
         if nearest is None:
             break
         com_xy = nearest + 0.15 * (centre - nearest)
     return _fail("forces or torques")
-
-
-def balanced_com(model: StanceModel, support, mass: float, ref_xy, margin: float = 0.0):
-    """The CoM (x, y) nearest ``ref_xy`` that the support balances (:func:`com_target`); if that
-    point's stability margin is below ``margin`` (m), the nearest with that margin, else with
-    half of it, else the first. None if the support balances no CoM."""
-    out = com_target(model, support, mass, ref_xy)
-    if out is None or margin <= 0:
-        return out
-    held = stability_margin(model, support, mass, out, cap=margin)
-    if held is not None and held[0] >= margin - 1e-6:
-        return out
-    for r in (margin, 0.5 * margin):
-        better = com_target(model, support, mass, ref_xy, margin=r)
-        if better is not None:
-            return better
-    return out
 
 
 def terrain_height(model: StanceModel, x: float) -> float:
@@ -158,13 +136,13 @@ def terrain_height(model: StanceModel, x: float) -> float:
     return out
 
 
-def solve_transition(model: StanceModel, x0, step: Step, limb: str, iters: int = 30, com_margin: float = 0.0):
+def solve_transition(model: StanceModel, x0, step: Step, limb: str, iters: int = 30):
     """The paper's transition for the Adj+ ``step`` from configuration ``x0``: a configuration
     of ``step.support`` alone (static equilibrium, limits, no collision, as :func:`solve_ik`)
     with ``limb`` lifted to midway between its place in ``x0`` and its new contact,
     SWING_CLEARANCE above the terrain under the sole; the CoM aims at the balanced point nearest
-    the middle of the two end configurations' CoMs (with ``com_margin``, as :func:`solve_ik`'s).
-    A step whose swing cannot pass there is not a move (the executed Cartesian swing asked the leg for a point 13 cm beyond its reach on
+    the middle of the two end configurations' CoMs. A step whose swing cannot pass there is not
+    a move (the executed Cartesian swing asked the leg for a point 13 cm beyond its reach on
     eval slope 8 and the stance sole was unloaded chasing it). Returns (base, quat, q) or None."""
     mass = model.robot.total_mass
     model.set(x0)
@@ -177,7 +155,7 @@ def solve_transition(model: StanceModel, x0, step: Step, limb: str, iters: int =
     support = list(step.support)
     why = "com"
     for ref in (0.5 * (com0[:2] + com1[:2]), com0[:2], com1[:2]):
-        com_xy = balanced_com(model, support, mass, ref, com_margin)
+        com_xy = com_target(model, support, mass, ref)
         if com_xy is None:
             continue
         res = _sqp(model, x0, support, None, 0.0, (0.0, 0.0), 1.0, com_xy, iters, lift=(limb, mid))
