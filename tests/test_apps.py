@@ -126,6 +126,16 @@ def test_a_datasets_root_does_not_name_the_train_run_directory(tmp_path):
     assert run_dir("agent=ppo", "env=pour_simplified", f"agent.init_dataset_root={tmp_path}") == ""
 
 
+def test_a_dataset_id_names_one_train_run_directory(tmp_path):
+    """A Minari id's '/' (``taigym/transport/sfrrt-v0``) does not nest the run directory: resuming
+    finds the checkpoint one level below ``seed<k>/``, and runs with other ids sit beside it."""
+    cfg = compose("train", ["agent=bc", "env=transport", "agent.dataset=taigym/transport/sfrrt-v0"],
+                  return_hydra_config=True)
+    run_dir = Path(cfg.hydra.run.dir)
+    assert run_dir.parent == Path("runs/train/bc/transport/seed0")
+    assert run_dir.name == "agent.dataset=taigym%2Ftransport%2Fsfrrt-v0"
+
+
 def test_agent_options_from_configs():
     cfg = compose("evaluate", ["agent=sqp", "planner.final_lean=2.2"])
     opts = common.agent_options(cfg.agent, cfg.planner)
