@@ -279,15 +279,16 @@ def test_plans_stay_within_the_friction_cones_the_controller_uses():
         model.close()
 
 
-
 def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
     """Eval slope 5 (34 deg), a configuration of the search releasing the floor foot onto the
-    slope sole, the rail hand behind it and the right hand on the slope: the rail hand carries most of the weight and
-    OSQP stops at its iteration limit on stage 3's force QP, which is feasible (a linear program
-    finds forces within every bound). contact_forces must return forces that balance the robot
-    within the cones, the grip force and the torque limits, and check_step accept them."""
+    slope sole, the rail hand behind it and the right hand on the slope: the rail hand carries
+    most of the weight and OSQP stops at its iteration limit on stage 3's force QP, which is
+    feasible (a linear program finds forces within every bound). contact_forces must return
+    forces that balance the robot within the cones, the grip force and the torque limits, and
+    check_step accept them."""
     task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
-    support = (st.Contact("left_foot", "slope", 0.5530740418096399), st.Contact("left_hand", "rail", -0.06928260120746019),
+    support = (st.Contact("left_foot", "slope", 0.5530740418096399),
+               st.Contact("left_hand", "rail", -0.06928260120746019),
                st.Contact("right_hand", "slope", 1.0703609548657853))
     x = ([0.8037277094867523, 0.103681140195763, 1.0655773454223136],
          [-0.0039231808755628, 0.40155291037473584, 0.21119789004542608, 0.891142704656082],
