@@ -27,6 +27,7 @@ leaves no empty run directory behind.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import io
 import json
@@ -371,10 +372,20 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "ep"):
 
 
 # ---------------------------------------------------------------------- the apps
+#: bytes of a run directory's name from its overrides; file systems refuse names over 255
+MAX_NAME_BYTES = 200
+
+
 def path_part(text: str) -> str:
     """``text`` as one path component: '/' (as in a Minari dataset id, ``taigym/transport/sfrrt-v0``)
-    becomes '%2F', so that an override's value names a run directory and never nests it."""
-    return str(text).replace("/", "%2F")
+    becomes '%2F', so that an override's value names a run directory and never nests it; a name
+    longer than :data:`MAX_NAME_BYTES` keeps its start and ends with a hash of the whole, so that
+    the same overrides still name the same directory (and resume there)."""
+    name = str(text).replace("/", "%2F").encode()
+    if len(name) <= MAX_NAME_BYTES:
+        return name.decode()
+    digest = hashlib.sha256(name).hexdigest()[:16]
+    return name[:MAX_NAME_BYTES - len(digest) - 1].decode(errors="ignore") + "~" + digest
 
 
 # the apps' configs name their run directories with it (``${path_part:${hydra.job.override_dirname}}``)
