@@ -38,7 +38,8 @@ from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize  # noqa: E402
 
 import taigym  # noqa: E402,F401
-from taigym.agents.sb3 import ACTIVATIONS, policy_kwargs  # noqa: E402
+from taigym.agents.activations import ACTIVATIONS  # noqa: E402
+from taigym.agents.sb3 import policy_kwargs  # noqa: E402
 from taigym.envs import tasks  # noqa: E402
 from taigym.training.vec_env import make_batched_vec_env  # noqa: E402
 

@@ -126,6 +126,34 @@ def test_a_datasets_root_does_not_name_the_train_run_directory(tmp_path):
     assert run_dir("agent=ppo", "env=pour_simplified", f"agent.init_dataset_root={tmp_path}") == ""
 
 
+def test_a_dataset_id_names_one_train_run_directory(tmp_path):
+    """A Minari id's '/' (``taigym/transport/sfrrt-v0``) does not nest the run directory: resuming
+    finds the checkpoint one level below ``seed<k>/``, and runs with other ids sit beside it."""
+    cfg = compose("train", ["agent=bc", "env=transport", "agent.dataset=taigym/transport/sfrrt-v0"],
+                  return_hydra_config=True)
+    run_dir = Path(cfg.hydra.run.dir)
+    assert run_dir.parent == Path("runs/train/bc/transport/seed0")
+    assert run_dir.name == "agent.dataset=taigym%2Ftransport%2Fsfrrt-v0"
+
+
+def test_many_overrides_name_a_run_directory_the_file_system_accepts():
+    """Ten overrides made a name over 255 bytes (OSError: File name too long); now the name is cut
+    and ends with a hash of the whole: the same command gives the same directory, another command
+    another one."""
+    many = ["agent=ppo", "env=multicontact", "agent.n_envs=4", "agent.n_steps=512", "agent.batch_size=256",
+            "agent.normalize_obs=true", "agent.normalize_reward=true", "agent.policy_kwargs.log_std_init=-1.0",
+            "agent.policy_kwargs.net_arch=[128,128]", "agent.vec_env=dummy", "train_split=train",
+            "agent.train_env_kwargs={reward_mode: dense}"]
+
+    def name(*overrides: str) -> str:
+        return Path(compose("train", list(overrides), return_hydra_config=True).hydra.run.dir).name
+
+    a = name(*many)
+    assert len(a.encode()) <= common.MAX_NAME_BYTES < 255
+    assert a == name(*many) and a.startswith("agent.batch_size=256,")
+    assert name(*many[:-1], "agent.train_env_kwargs={reward_mode: sparse}") != a
+
+
 def test_agent_options_from_configs():
     cfg = compose("evaluate", ["agent=sqp", "planner.final_lean=2.2"])
     opts = common.agent_options(cfg.agent, cfg.planner)

@@ -98,8 +98,11 @@ def test_a_shift_aims_inside_the_next_supports_equilibrium_region():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family, index", [("step", 0), ("gap", 2), ("gap", 6), ("slope", 2), ("slope", 19),
-                                           ("ladder", 1)])
+@pytest.mark.parametrize("family, index", [
+    ("step", 0), ("gap", 2), ("gap", 6), ("slope", 19), ("ladder", 1),
+    # its plan stands the pelvis millimetres from the rail, and the pelvis touches it
+    # (docs/experts/stance.md); strict: a fix shows up as an unexpected pass
+    pytest.param("slope", 2, marks=pytest.mark.xfail(strict=True, reason="slope 2 falls: issue #32"))])
 def test_expert_climbs(family, index):
     """The expert reaches the goal of an eval scene without falling: a step with its rail, gaps
     crossed with a hand on the wall (with the arm's joints left out of the posture task as the

@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 from scipy import sparse
+from scipy.optimize import linprog
 
 import taigym
 from taigym.envs.multicontact_tasks import MultiContactTask
@@ -274,5 +275,46 @@ def test_plans_stay_within_the_friction_cones_the_controller_uses():
         over = model.target(sole)[0][:2]
         assert st.com_target(model, (sole,), mass, over) is None
         assert st.com_target(model, (sole, st.Contact("left_hand", "rail", 0.3)), mass, over) is not None
+    finally:
+        model.close()
+
+
+def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
+    """Eval slope 5 (34 deg), a configuration of the search releasing the floor foot onto the
+    slope sole, the rail hand behind it and the right hand on the slope: the rail hand carries
+    most of the weight and OSQP stops at its iteration limit on stage 3's force QP, which is
+    feasible (a linear program finds forces within every bound). contact_forces must return
+    forces that balance the robot within the cones, the grip force and the torque limits, and
+    check_step accept them."""
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
+    support = (st.Contact("left_foot", "slope", 0.5530740418096399),
+               st.Contact("left_hand", "rail", -0.06928260120746019),
+               st.Contact("right_hand", "slope", 1.0703609548657853))
+    x = ([0.8037277094867523, 0.103681140195763, 1.0655773454223136],
+         [-0.0039231808755628, 0.40155291037473584, 0.21119789004542608, 0.891142704656082],
+         [0.11568932359711756, 0.06687532607382349, 0.39961329004301366, -0.19594830731065496, -0.65898027793364,
+          -0.8072087110040279, -0.31704913366777193, -0.4678267775314835, 0.17748560632812818, 0.0872664675116539,
+          0.6108652949333191, -2.094395160675049, -1.352301029739639, -0.8726646304130554, 0.1443286141519469,
+          -0.20950221668417907, 0.0918652541465585, -1.570691819184531, -0.5796868108329085, 0.7705100754074562,
+          -1.5674772801962125])
+    model = st.StanceModel(task)
+    try:
+        model.set(tuple(np.asarray(v, float) for v in x))
+        cols, _ = stance_statics.force_columns(model, support, model.robot.kinematics())
+        B = np.column_stack([c[0] for c in cols])
+        G = model.robot.gravity_forces()
+        tmax = hum.TORQUE_LIMITS
+        grip = [hum.GRIP_FORCE if kind == "grasp" else None for _, _, kind in cols]
+        lp = linprog(np.zeros(len(cols)), A_eq=B[:6], b_eq=-G[:6], A_ub=np.vstack([B[6:], -B[6:]]),
+                     b_ub=np.r_[tmax - G[6:], tmax + G[6:]], bounds=[(0.0, g) for g in grip], method="highs")
+        assert lp.status == 0                           # feasible
+        out = st.contact_forces(model, support)
+        assert out is not None
+        points, tau, resid = out
+        assert resid <= 1.0 and np.all(np.abs(tau) <= 1.01 * tmax)
+        # the floor foot the release lets go of still touches (at the floor's front end)
+        floor = st.Contact("right_foot", "floor", model.surfaces["floor"].u_range[1])
+        step = st.Step(tuple(sorted(support + (floor,))), support, *(np.asarray(v, float) for v in x), points, tau)
+        assert st.check_step(task, step) == []
     finally:
         model.close()

@@ -1,5 +1,5 @@
-"""Activation modules for the SB3 agents' networks (``policy_kwargs.activation_fn`` by name,
-:data:`taigym.agents.sb3.ACTIVATIONS`).
+"""Activation modules for the SB3 agents' networks, by the name ``policy_kwargs.activation_fn``
+takes (:data:`ACTIVATIONS`).
 
 :class:`Tanh` is the hyperbolic tangent computed as ``2 sigmoid(2x) - 1``, the same function to
 within 2e-7 (float32), with the derivative ``1 - y^2`` from the saved output. It replaces
@@ -34,4 +34,8 @@ class Tanh(nn.Module):
         return _TanhFunction.apply(x)
 
 
-__all__ = ["Tanh"]
+#: activation names accepted by ``policy_kwargs.activation_fn``, and their modules
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU,
+               "gelu": nn.GELU, "silu": nn.SiLU}
+
+__all__ = ["ACTIVATIONS", "Tanh"]

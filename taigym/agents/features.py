@@ -23,13 +23,13 @@ MSE 0.0095 -> 0.0077).
 the policy does not see later, as they would reveal its own last action). In TRANSFER+FOLLOW tasks
 S starts moving (vx up to ~0.18 m/s) with the liquid; sqp's plan continues that motion, and the
 liquid's carried velocity moves where the first outflow lands. Without it the cloned policies
-failed 13 of 55 FOLLOW tasks against 4 of 45 ZERO tasks (DAgger, eval split; README).
+failed 13 of 55 FOLLOW tasks against 4 of 45 ZERO tasks (DAgger, eval split; ``docs/agents/dagger.md``).
 
 ``outflow_landing``: for each of S's lips (left, right in S's frame), where liquid leaving it now
 at rest would cross T's opening: the lip's height over T's opening gives the fall time
 t = sqrt(2 h / g), and the entry is the lip's x minus T's opening centre's x at time t (T moves
 on), over T's opening half-width (|entry| < 1: inside T's opening). Most cloned-policy spills
-began 1-5 steps after the first outflow (README): where the first liquid lands relative to T
+began 1-5 steps after the first outflow (``docs/agents/bc.md``): where the first liquid lands relative to T
 is a product of pose, S's shape and T's motion that sqp models and the MLP must otherwise learn.
 From the observation only (S's pose, opening width, T's relative opening centre, width, velocity).
 With S tilting in place, the lower lip's entry is within 0.2 half-width of where the simplified

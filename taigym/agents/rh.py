@@ -23,7 +23,7 @@ poses S_k = (x, y, theta)):
   Weighted by the network's flux now (rho), not by the planned rho_k: with rho_k a pour aimed
   into T cost its spread too and rh hesitated (FLIP eval tasks: 2 of 60 never poured within the
   episode, one spilled 89 %). FLIP test runs under 5 % spill, jitters 0-11: 710 of 720 against
-  687 without; validation 348 against 335 of 360; README.
+  687 without; validation 348 against 335 of 360; ``docs/experts/rh.md``.
 * C_l, dribble (``pour_weight`` x ``dribble_weight``): the same for the outflow's slow end, which
   leaves p with the liquid's velocity only (Pan & Manocha 2016's fan, as in ``taigym.planners.sqp``).
 * C_l, drip (``pour_weight`` x ``drip_weight``): rho'_k (relu(|e_k| - W) / W)^2, the liquid
@@ -58,7 +58,7 @@ a first-order lag of ``slosh_time`` (0.1 s, about a quarter period of the first 
 on validation problems), tracked over the episode by the agent. Without the two (``flow_gain=0, slosh_time=0``) the worst test problems, a T that
 turns back at the end of its track while S pours, spilled 24-45 % (S leaned past the max tilt
 while still far from T, then braked hard with T and surged the liquid over T's far rim); with
-them 4-18 % (``scripts/rh_eval.py``, README). The dribble term's weight 1 was chosen on 30
+them 4-18 % (``scripts/rh_eval.py``, ``docs/experts/rh.md``). The dribble term's weight 1 was chosen on 30
 validation problems in the particle env (27 of them under 5 % spill; 24 at weight 0.5, 25 at 2).
 The drip term (weight 1, margin 0.2 rad; chosen on the validation problems, three particle
 jitters, 180 runs: 167 under 5 % spill, mean spilled 1.2 %, worst 10 %; without it 166, 1.4 %,
@@ -73,7 +73,7 @@ shifted by one and from its last inverse-Hessian scale. S translates at most ``m
 along each axis, or as fast as T where T is faster (:meth:`RHAgent.speed_cap`; default 0.25, half
 the env's limit): at full speed S reached T with its liquid sloshing and, where T turned back at
 its track's end, reversed at up to 18 m/s^2 to follow it; the surge flew over T's far rim
-(README: FLIP test runs under 5 % spill 347 of 360 with the cap, 335 without; validation 171
+(``docs/experts/rh.md``: FLIP test runs under 5 % spill 347 of 360 with the cap, 335 without; validation 171
 against 164 of 180).
 The network's forward pass is NumPy. The solve runs as one Taichi kernel per control step
 (``solver="taichi"``, :mod:`taigym.agents.rh_kernel`: the same arithmetic compiled, 1.2-1.6 ms

@@ -62,9 +62,6 @@ COMMON_DEFAULTS: dict[str, Any] = {
 #: keys of the agent's options that are not keyword arguments of the SB3 algorithm
 NON_ALGO_KEYS = set(COMMON_DEFAULTS) | {"save_replay_buffer"}
 VEC_ENVS = ("auto", "batched", "dummy", "subproc")
-#: activation names (torch.nn classes; tanh is taigym.agents.activations.Tanh, the same function, faster)
-ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "leaky_relu": "LeakyReLU",
-               "gelu": "GELU", "silu": "SiLU"}
 
 
 def check_cfg(cfg: Mapping | None, defaults: Mapping[str, Any], algo: str) -> dict:
@@ -93,19 +90,14 @@ def policy_kwargs(value: Mapping | None) -> dict | None:
     """YAML-friendly policy kwargs: ``activation_fn`` may be a name (tanh, relu, ...)."""
     if not value:
         return None
-    from torch import nn
+    from .activations import ACTIVATIONS
 
     out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dict(value).items()}
     act = out.get("activation_fn")
     if isinstance(act, str):
         if act.lower() not in ACTIVATIONS:
             raise ValueError(f"activation_fn must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
-        if act.lower() == "tanh":
-            from .activations import Tanh
-
-            out["activation_fn"] = Tanh
-        else:
-            out["activation_fn"] = getattr(nn, ACTIVATIONS[act.lower()])
+        out["activation_fn"] = ACTIVATIONS[act.lower()]
     if isinstance(out.get("net_arch"), Mapping):
         out["net_arch"] = {k: list(v) for k, v in out["net_arch"].items()}
     elif out.get("net_arch") is not None:

@@ -8,7 +8,7 @@ Ruckig and lowers the jerk until the spill-free classifier accepts (SFTP): ``cla
 "slosh"`` (default; :class:`~taigym.planners.sfrrt3d.SloshClassifier3D`: precision 0.98, recall
 0.59 on 883 simulator-labelled 3D carries, nothing fitted to them), ``"learned"`` (the SFRRT* paper's
 transformer trained on them, ``taigym/models/data/sfc3d.pt`` or ``classifier_path``; precision
-0.83 on held-out tasks, see the README) or a callable. ``act`` turns the planned velocity, plus
+0.83 on held-out tasks, ``docs/experts/sfrrt.md``) or a callable. ``act`` turns the planned velocity, plus
 a correction of the position error, into joint velocities within that family
 (:func:`taigym.agents.carry.family_action`), so the arm moves through the very configurations
 the planner checked. With ``fixed_jerk=(j, j, j)`` it is the baseline: the same

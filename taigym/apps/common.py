@@ -27,6 +27,7 @@ leaves no empty run directory behind.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import io
 import json
@@ -40,6 +41,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -67,13 +69,8 @@ class UserError(ValueError):
 # ---------------------------------------------------------------------- configs
 def to_plain(cfg) -> Any:
     """An OmegaConf node (or anything) as plain Python containers, interpolations resolved."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(cfg, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(cfg, resolve=True)
     return cfg
 
 
@@ -127,8 +124,6 @@ def make_env(env_cfg: Mapping, **overrides):
 
 def env_config(name: str) -> dict:
     """The env config ``taigym/conf/env/<name>.yaml`` (as ``env=<name>`` gives it)."""
-    from omegaconf import OmegaConf
-
     path = Path(__file__).resolve().parent.parent / "conf" / "env" / f"{name}.yaml"
     if not path.exists():
         available = sorted(p.stem for p in path.parent.glob("*.yaml"))
@@ -377,6 +372,26 @@ def progress_bar(total: int, desc: str, enabled: bool, unit: str = "ep"):
 
 
 # ---------------------------------------------------------------------- the apps
+#: bytes of a run directory's name from its overrides; file systems refuse names over 255
+MAX_NAME_BYTES = 200
+
+
+def path_part(text: str) -> str:
+    """``text`` as one path component: '/' (as in a Minari dataset id, ``taigym/transport/sfrrt-v0``)
+    becomes '%2F', so that an override's value names a run directory and never nests it; a name
+    longer than :data:`MAX_NAME_BYTES` keeps its start and ends with a hash of the whole, so that
+    the same overrides still name the same directory (and resume there)."""
+    name = str(text).replace("/", "%2F").encode()
+    if len(name) <= MAX_NAME_BYTES:
+        return name.decode()
+    digest = hashlib.sha256(name).hexdigest()[:16]
+    return name[:MAX_NAME_BYTES - len(digest) - 1].decode(errors="ignore") + "~" + digest
+
+
+# the apps' configs name their run directories with it (``${path_part:${hydra.job.override_dirname}}``)
+OmegaConf.register_new_resolver("path_part", path_part, replace=True)
+
+
 def hydra_app(config_name: str):
     """``hydra.main`` with taigym's conventions around ``run(cfg, run_dir) -> int | None``:
     an error in the user's input (``ValueError``, ``FileNotFoundError``, ``FileExistsError``)

@@ -10,14 +10,19 @@ import numpy as np
 
 def bounded_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> float:
     """``float(value)``, or ``ValueError`` naming ``name`` and its range [lo, hi] ((lo, hi] if
-    ``lo_open``) if it is not a finite number in it."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
+    ``lo_open``) if it is not a finite number in it (a string or a bool is not a number here)."""
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    v = float(value) if number else math.nan
     if not (math.isfinite(v) and (lo < v if lo_open else lo <= v) and v <= hi):
         raise ValueError(f"{name} must be in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value!r}")
     return v
+
+
+def choice(name: str, value: Any, accepted: tuple) -> Any:
+    """``value``, or ``ValueError`` naming ``name`` and the ``accepted`` values if it is not one."""
+    if value not in accepted:
+        raise ValueError(f"{name} must be one of {accepted}, got {value!r}")
+    return value
 
 
 def reset_options(options: dict | None, accepted: tuple[str, ...] = ("task",)) -> dict:

@@ -126,7 +126,6 @@ Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains avai
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -137,7 +136,7 @@ from taigym.sim import humanoid as hum
 from taigym.sim.constants import GRAVITY, TORQUE_CONTROL_DT
 from taigym.sim.soft_support import SoftSupport
 
-from .checks import check_action
+from .checks import bounded_float, check_action, choice
 from .multicontact_tasks import (FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task,
                                  soft_tasks)
 
@@ -155,14 +154,6 @@ REWARD_TERMS = {"progress": ("progress", "effort", "violation", "alive", "succes
                 "sparse": ("success",)}
 
 
-def _number(name: str, value: Any, lo: float, hi: float) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    v = float(value) if ok else math.nan
-    if not (math.isfinite(v) and lo <= v <= hi):
-        raise ValueError(f"{name} must be a number in [{lo:g}, {hi:g}], got {value!r}")
-    return v
-
-
 class MultiContactEnv(gym.Env):
     """Humanoid multi-contact locomotion in pybullet (module docstring)."""
 
@@ -175,10 +166,8 @@ class MultiContactEnv(gym.Env):
                  violation_penalty: float = 0.1, success_bonus: float = 5.0, kp: float = 0.3,
                  kd: float = 1.0, control_dt: float = TORQUE_CONTROL_DT, reward_mode: str = "progress",
                  shaping_gamma: float = 0.99):
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {REWARD_MODES}; got {reward_mode!r}")
-        self.reward_mode = reward_mode
-        self.shaping_gamma = _number("shaping_gamma", shaping_gamma, 0.0, 1.0)
+        self.reward_mode = choice("reward_mode", reward_mode, REWARD_MODES)
+        self.shaping_gamma = bounded_float("shaping_gamma", shaping_gamma, 0.0, 1.0)
         if family is not None and family not in FAMILIES:
             raise ValueError(f"family must be None or one of {', '.join(FAMILIES)}; got {family!r}")
         if task_split is not None and task_split not in SPLIT_SIZES:
@@ -195,19 +184,19 @@ class MultiContactEnv(gym.Env):
             raise ValueError(f"render_size must be (height, width) in [16, 2048]; got {render_size!r}")
         self.family, self.task_split, self.control = family, task_split, control
         self.render_mode, self.render_size = render_mode, (h, w)
-        self.progress_weight = _number("progress_weight", progress_weight, 0.0, 1e3)
-        self.alive_bonus = _number("alive_bonus", alive_bonus, 0.0, 10.0)
-        self.effort_weight = _number("effort_weight", effort_weight, 0.0, 10.0)
-        self.violation_penalty = _number("violation_penalty", violation_penalty, 0.0, 10.0)
-        self.success_bonus = _number("success_bonus", success_bonus, 0.0, 1e3)
-        self.kp = _number("kp", kp, 0.0, 1.0)
-        self.kd = _number("kd", kd, 0.0, 10.0)
-        dt = _number("control_dt", control_dt, PHYSICS_DT, 0.1)
+        self.progress_weight = bounded_float("progress_weight", progress_weight, 0.0, 1e3)
+        self.alive_bonus = bounded_float("alive_bonus", alive_bonus, 0.0, 10.0)
+        self.effort_weight = bounded_float("effort_weight", effort_weight, 0.0, 10.0)
+        self.violation_penalty = bounded_float("violation_penalty", violation_penalty, 0.0, 10.0)
+        self.success_bonus = bounded_float("success_bonus", success_bonus, 0.0, 1e3)
+        self.kp = bounded_float("kp", kp, 0.0, 1.0)
+        self.kd = bounded_float("kd", kd, 0.0, 10.0)
+        dt = bounded_float("control_dt", control_dt, PHYSICS_DT, 0.1)
         self.substeps = round(dt / PHYSICS_DT)
         if abs(self.substeps * PHYSICS_DT - dt) > 1e-9:
             raise ValueError(f"control_dt must be a multiple of 1/240 s in [1/240, 0.1], got {control_dt!r}")
         self.control_dt = self.substeps * PHYSICS_DT
-        self.horizon = _number("horizon", horizon, self.control_dt, 600.0)
+        self.horizon = bounded_float("horizon", horizon, self.control_dt, 600.0)
         self.action_space = spaces.Box(-1.0, 1.0, (hum.N_JOINTS + 2,), np.float32)
         lo = np.concatenate([np.full(21, -np.pi), np.full(21, -30.0), np.full(3, -5.0), np.full(4, -1.0),
                              np.full(3, -10.0), np.full(3, -20.0), np.zeros(6), np.full(3, -5.0)])

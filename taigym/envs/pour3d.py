@@ -129,7 +129,7 @@ from scipy.spatial.transform import Rotation
 from ..sim import pool
 from ..sim.constants import CONTROL_DT
 from ..sim.geometry import densify
-from .checks import bounded_float, check_action, reset_options
+from .checks import bounded_float, check_action, choice, reset_options
 from .panda import HAND_LINK, JOINT_HIGH, JOINT_LOW, PandaArm, container_ik, joint_step
 from .pour_config import (EMPTY_FRACTION, EPISODE_METRICS, SETTLE_SPEED, SETTLED_FRACTION,
                           SUCCESS_IN_TARGET, SUCCESS_MAX_SPILLED)
@@ -235,9 +235,7 @@ class Pour3DEnv(gym.Env):
                  dx: float = DEFAULT_DX, render_mode: str | None = None, render_size=(320, 512),
                  spill_penalty: float = 2.0, smoothness_penalty: float = 1e-3, arch: str = "cpu",
                  fidelity: str = "particles", reward_mode: str = "increase", shaping_gamma: float = 0.99):
-        if reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-        self.reward_mode = reward_mode
+        self.reward_mode = choice("reward_mode", reward_mode, REWARD_MODES)
         self.shaping_gamma = bounded_float("shaping_gamma", shaping_gamma, 0.0, 1.0)
         if task_split not in (None, "train", "eval"):
             raise ValueError(f"task_split must be None, 'train' or 'eval', got {task_split!r}")

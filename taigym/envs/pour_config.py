@@ -13,6 +13,7 @@ from gymnasium import spaces
 
 from taigym.sim.constants import CONTROL_DT, MAX_PROBE_COLUMNS
 
+from .checks import choice
 from .pour_reward import REWARD_MODES
 from .pour_tasks import (ALL_SHAPES, DOMAIN, LIQUID_VELOCITIES, MAX_OBSTACLES, MAX_VISCOSITY,
                          OBSTACLE_SIZE, SPLIT_SIZES, PourTask, over_target, pour_tasks, sample_task)
@@ -126,8 +127,7 @@ class PourConfig:
             set_(name, (int(v[0]), int(v[1])))
         set_("spill_penalty", check_number("spill_penalty", self.spill_penalty, 0.0, 1e6))
         set_("smoothness_penalty", check_number("smoothness_penalty", self.smoothness_penalty, 0.0, 1e6))
-        if self.reward_mode not in REWARD_MODES:
-            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
+        choice("reward_mode", self.reward_mode, REWARD_MODES)
         set_("shaping_gamma", check_number("shaping_gamma", self.shaping_gamma, 0.0, 1.0))
         set_("over_target", check_number("over_target", self.over_target, 0.0, 1.0))
         if self.pivot not in PIVOTS:

@@ -119,7 +119,7 @@ from ..sim.carried import CarriedContainer2D
 from ..sim.constants import CONTROL_DT
 from ..sim.geometry import rotate
 from . import render as _render
-from .checks import check_action
+from .checks import bounded_float, check_action, choice
 from .shaping import shaping_terms
 from .transport_tasks import (MAX_HEIGHT, MAX_OBSTACLES, MAX_TOP_RADIUS, ROOM, TransportTask, as_task, check_feasible,
                               near_goal_start, route_distance, sample_task, transport_tasks)
@@ -207,10 +207,8 @@ class TransportBase(gym.Env):
 
 def check_reward_arguments(reward_mode: Any, shaping_gamma: Any) -> None:
     """ValueError unless ``reward_mode`` is one of :data:`REWARD_MODES` and ``shaping_gamma`` in [0, 1]."""
-    if reward_mode not in REWARD_MODES:
-        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
-    if isinstance(shaping_gamma, bool) or not (isinstance(shaping_gamma, (int, float)) and 0 <= shaping_gamma <= 1):
-        raise ValueError(f"shaping_gamma must be in [0, 1] (the learner's discount), got {shaping_gamma!r}")
+    choice("reward_mode", reward_mode, REWARD_MODES)
+    bounded_float("shaping_gamma", shaping_gamma, 0.0, 1.0)
 
 
 class TransportEnv(TransportBase):

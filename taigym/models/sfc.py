@@ -45,7 +45,7 @@ SPILL_LIMIT = 1e-3          # spill-free: at most 0.1 % spilled
 SETTLE = 0.5                # s simulated at rest after the trajectory ends (late sloshing)
 WALL_THICKNESS = 0.008      # m, Transport-v0's containers (taigym.envs.transport_tasks)
 WALL_THICKNESS_3D = 0.02    # m, Transport3D-v0's (taigym.envs.transport3d.CONTAINER_WALL)
-SLOSH_DAMPING = 0.1         # damping ratio of the slosh mode: FLIP's in a 2D cup (README, Pan & Manocha 2016 slosh row)
+SLOSH_DAMPING = 0.1         # damping ratio of the slosh mode: FLIP's in a 2D cup (docs/validation.md, slosh)
 SLOSH_SUBSTEPS = 10         # integration steps per sample
 
 

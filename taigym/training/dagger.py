@@ -19,15 +19,7 @@ the ``dagger`` agent.
   the recorded carry of the rollout's task (``relabel="recorded"``: the rollouts take the
   demonstrations' tasks in turn; :class:`taigym.training.carry_labels.RecordedCarry`, gain: the
   expert's ``track_gain``; ``sfrrt`` replans only from rest, and its new RRT* draws take other routes
-  than the demonstrations'). On Pour-v0
-  with ``sqp``, 700 demonstrations and 4 x 50 rollouts, "none" reached 0.65 success on the eval
-  split (raw observation); with the ``target_path`` features and S's start pose, "none" with
-  ``sqp`` at tracking gain 0.1 (a gentler pull back to the plan) 0.77 against BC's 0.76 at equal
-  labels and the expert's 0.98, and with 950 demonstrations and input noise 0.71 against BC's
-  0.81 (0.83, its round 0, against 0.80 with the fixed validation episodes below); with fits
-  returning the weights' moving average (``ema_epochs``) and S's start velocity as an input,
-  0.86 (round 4) against BC's 0.81 (seed 0); "replan" every 5 states did not improve on round 0
-  (README; round 1 from dagger5's round 0, 200 validation tasks: 0.74, plan-tracking 0.855);
+  than the demonstrations'; what each mode gave: ``docs/agents/dagger.md``);
   aggregate every labelled state (successful or not) with the data so far; retrain the policy
   warm-started from round i-1's weights (normalisation fixed at round 0's), early-stopped on
   validation episodes that stay the same in every round (a new draw per round put episodes the
@@ -41,7 +33,7 @@ when comparing with ``bc``; ``labels_queried`` also counts discarded failed demo
 The returned policy is the last round's (``select="last"``) or the one with the best
 validation success, then in_target (``select="best"``): on ``select_episodes`` tasks of the
 ``val`` split when given (``bc``'s ``select_candidates`` gives BC as many candidates), else on
-the ``eval_episodes`` validation tasks (50 of them did not rank the rounds, README).
+the ``eval_episodes`` validation tasks (50 of them did not rank the rounds: ``docs/agents/dagger.md``).
 
 Resuming: each round's episodes are written as they end (``run_dir/rounds/r###/``), and the
 state after a round (weights, best round, history, counters) goes to ``run_dir/checkpoint.pt``
@@ -116,8 +108,10 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     relabel = cfg["relabel"]
     if relabel == "auto":
         relabel = "replan" if can_replan(expert) else "none"
-    if relabel != "recorded":
-        check_can_replan(relabel, expert)  # before anything is collected
+    on_recorded = relabel == "recorded"     # the rounds replay the demonstrations' carries
+    # the collector's mode: RecordedCarry (below) labels as it runs, like an expert that never replans
+    job_relabel = "none" if on_recorded else relabel
+    check_can_replan(job_relabel, expert)  # before anything is collected
     val_tasks = validation_tasks(env, cfg["eval_episodes"])
     select_tasks = selection_tasks(env, cfg["select_episodes"])
     budget = cfg["max_labels"]
@@ -125,7 +119,7 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
     # round 0: demonstrations
     demo_cfg = dict(cfg, episodes=cfg["demo_episodes"], max_labels=None)
     demos, demo_stats = load_demos(make_env, env, demo_cfg, run_dir, expert)
-    if relabel == "recorded":      # the rounds' labeller: sfrrt's tracking law along the recorded carries
+    if on_recorded:      # the rounds' labeller: sfrrt's tracking law along the recorded carries
         # the gain of the sfrrt expert (the apps build it with expert_options, which they keep
         # from cfg)
         gain = float(getattr(expert, "track_gain", TRACK_GAIN))
@@ -163,16 +157,16 @@ def train(make_env: Callable, cfg: dict | None, run_dir: str | Path, logger, exp
         first = int(cfg["demo_episodes"]) + (rnd - 1) * int(cfg["episodes_per_round"])
         out = []
         for k in range(int(cfg["episodes_per_round"])):
-            if relabel == "recorded":      # the recorded carries' tasks, in turn
+            if on_recorded:      # the recorded carries' tasks, in turn
                 i = (first - int(cfg["demo_episodes"]) + k) % len(recorded)
                 t, task = recorded[i].task_index, recorded[i].task
+                key = f"r{rnd:03d}-{k:05d}-carry{i:05d}"
             else:
                 t, task = learning_task(env, first + k, int(cfg["eval_episodes"] or 0))
+                key = f"r{rnd:03d}-task{t:05d}"
             out.append(make_job(t, task, seed=int(cfg["seed"]) * 1_000_003 + first + k, beta=beta_at(cfg, rnd),
-                                relabel="none" if relabel == "recorded" else relabel,
-                                replan_every=int(cfg["relabel_every"]),
-                                mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k,
-                                key=f"r{rnd:03d}-{k:05d}-carry{i:05d}" if relabel == "recorded" else f"r{rnd:03d}-task{t:05d}"))
+                                relabel=job_relabel, replan_every=int(cfg["relabel_every"]),
+                                mix_seed=int(cfg["seed"]) * 7919 + 1000 * rnd + k, key=key))
         return out
 
     # the rounds before the checkpoint: their episodes are on disk (reloaded, not rerun)
