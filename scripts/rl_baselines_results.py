@@ -20,8 +20,8 @@ A directory of ``python -m taigym.apps.evaluate`` (a ``metrics.json`` and no
 ``train_config.json``: ``agent=random`` on the same eval tasks, the floor to beat) gives a row
 without training and no curve. A run still training (no ``result.json`` yet) gives its curve so
 far and no row. Writes
-``docs/results/<name>.csv`` (rows), ``<name>_curve.csv`` and ``<name>.png`` (success and
-return against env steps, a column per env), ``<name>.json`` (title, command, notes). Ends with
+``docs/results/<name>.csv`` (rows), ``<name>_curve.csv`` and ``<name>.png`` (success, return and
+spilled fraction against env steps, a column per env), ``<name>.json`` (title, command, notes). Ends with
 one JSON line (the rows)::
 
     python scripts/rl_baselines_results.py runs/train/sac/pour_simplified/seed0 runs/train/sac/transport/seed0
@@ -90,7 +90,8 @@ def eval_columns(head: dict) -> dict:
         if key.endswith("_ci95") and key not in ("success_ci95", "mean_return_ci95") and math.isfinite(head[name]):
             short = name.removeprefix("mean_").removesuffix("_rate")
             others.append(f"{short} {head[name]:.3g} [{value[0]:.3g}, {value[1]:.3g}]")
-    return {"episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
+    return {"episodes": head["episodes"], "success": head["success_rate"],
+            "success_ci95": _fmt_ci(head["success_ci95"]),
             "mean_return": round(head.get("mean_return", math.nan), 3),
             "return_ci95": "[{:.3g}, {:.3g}]".format(*head.get("mean_return_ci95", (math.nan, math.nan))),
             "metrics": "; ".join(others)}
@@ -189,9 +190,9 @@ def main() -> None:
         "env's default reward), success with its Wilson 95 % interval and every other metric with "
         "its interval (Wilson for rates, Student t for means); train_seconds is wall time on the "
         "shared 2-core machine, load_1min the 1-minute load average at the end; rows with 0 env "
-        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: success (and spilled) on "
-        "the eval tasks during training when the run evaluated (source 'eval tasks'; its return is the "
-        "mean of the training episodes since the previous point), else the "
+        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: "
+        "success (and spilled) on the eval tasks during training when the run evaluated (source "
+        "'eval tasks'; its return is the mean of the training episodes since the previous point), else the "
         "training episodes' (source 'training episodes': success and spilled fraction of the episodes "
         "that ended in the logging interval, return the mean of the last 100 under the training reward).")
     plot(curves, args.out / f"{args.name}.png", args.title)

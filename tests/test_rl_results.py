@@ -39,10 +39,12 @@ def test_rows_come_from_finished_runs_and_curves_from_every_run(tmp_path):
     mod = _script()
     done = _run(tmp_path, "sac", "transport", 30000)
     _csv(done / "metrics.csv", [                 # resumed once: SB3's time_elapsed starts again
-        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0", "time/time_elapsed": 50, "rollout/spilled": ""},
+        {"step": 1000, "rollout/success": "", "rollout/ep_rew_mean": "-3.0", "time/time_elapsed": 50,
+         "rollout/spilled": ""},
         {"step": 2000, "rollout/success": "0.25", "rollout/ep_rew_mean": "-2.0", "time/time_elapsed": 100,
          "rollout/spilled": "0.4"},
-        {"step": 2500, "rollout/success": "", "rollout/ep_rew_mean": "", "time/time_elapsed": 20, "rollout/spilled": ""}])
+        {"step": 2500, "rollout/success": "", "rollout/ep_rew_mean": "", "time/time_elapsed": 20,
+         "rollout/spilled": ""}])
     (done / "result.json").write_text(json.dumps({
         "train_seconds": 23.4, "load": [5.5, 5.0, 4.0],
         "eval": {"episodes": 20, "success_rate": 0.1, "success_ci95": [0.03, 0.3], "mean_spilled": 0.02,
