@@ -10,14 +10,18 @@ seed=<k> ...`` run. From it:
   over the sessions of a resumed run (``metrics.csv``), the env steps trained
   (``checkpoints/state.json``) and ``train_config.json``'s agent, env and seed;
 * the curve: ``curve.csv`` when the run evaluated on the eval tasks as it trained
-  (``agent.eval_every``: success on the eval tasks, the mean return of the training episodes
-  since the previous point), else the training episodes' metrics that the console logger wrote
-  (``metrics.csv``: ``rollout/success`` and SB3's ``rollout/ep_rew_mean``, the mean return of
-  the last 100 training episodes under the training reward).
+  (``agent.eval_every``: success and spilled fraction on the eval tasks, the mean return of the
+  training episodes since the previous point), else the training episodes' metrics that the
+  console logger wrote (``metrics.csv``: ``rollout/success``, ``rollout/spilled`` where the env
+  has it, and SB3's ``rollout/ep_rew_mean``, the mean return of the last 100 training episodes
+  under the training reward).
 
-A run still training (no ``result.json`` yet) gives its curve so far and no row. Writes
-``docs/results/<name>.csv`` (rows), ``<name>_curve.csv`` and ``<name>.png`` (success and
-return against env steps, a column per env), ``<name>.json`` (title, command, notes). Ends with
+A directory of ``python -m taigym.apps.evaluate`` (a ``metrics.json`` and no
+``train_config.json``: ``agent=random`` on the same eval tasks, the floor to beat) gives a row
+without training and no curve. A run still training (no ``result.json`` yet) gives its curve so
+far and no row. Writes
+``docs/results/<name>.csv`` (rows), ``<name>_curve.csv`` and ``<name>.png`` (success, return and
+spilled fraction against env steps, a column per env), ``<name>.json`` (title, command, notes). Ends with
 one JSON line (the rows)::
 
     python scripts/rl_baselines_results.py runs/train/sac/pour_simplified/seed0 runs/train/sac/transport/seed0
@@ -36,7 +40,7 @@ from taigym.apps.common import save_figure, write_csv, write_result_meta
 ROOT = Path(__file__).resolve().parent.parent
 ROW_FIELDS = ("agent", "env", "seed", "env_steps", "train_seconds", "load_1min", "episodes", "success",
               "success_ci95", "mean_return", "return_ci95", "metrics")
-CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return")
+CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return", "spilled")
 
 
 def _fmt_ci(ci) -> str:
@@ -74,40 +78,59 @@ def logged_seconds(run: Path) -> float:
     return total + last
 
 
-def final_row(run: Path) -> dict | None:
-    """The run's final evaluation (``result.json``), or None while it trains."""
-    path = run / "result.json"
-    if not path.exists():
-        return None
-    result, info = json.loads(path.read_text()), run_info(run)
-    head = result["eval"]
+def is_train_run(run: Path) -> bool:
+    return (run / "train_config.json").exists()
+
+
+def eval_columns(head: dict) -> dict:
+    """An evaluation's headline (``taigym.apps.evaluate.headline``) as the row's columns."""
     others = []                                   # every other metric with its interval, in one cell
     for key, value in head.items():
         name = key[:-len("_ci95")]
         if key.endswith("_ci95") and key not in ("success_ci95", "mean_return_ci95") and math.isfinite(head[name]):
             short = name.removeprefix("mean_").removesuffix("_rate")
             others.append(f"{short} {head[name]:.3g} [{value[0]:.3g}, {value[1]:.3g}]")
-    seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
-    return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0],
-            "episodes": head["episodes"], "success": head["success_rate"], "success_ci95": _fmt_ci(head["success_ci95"]),
+    return {"episodes": head["episodes"], "success": head["success_rate"],
+            "success_ci95": _fmt_ci(head["success_ci95"]),
             "mean_return": round(head.get("mean_return", math.nan), 3),
             "return_ci95": "[{:.3g}, {:.3g}]".format(*head.get("mean_return_ci95", (math.nan, math.nan))),
             "metrics": "; ".join(others)}
 
 
+def final_row(run: Path) -> dict | None:
+    """The run's final evaluation (``result.json``; an evaluate directory's ``metrics.json``), or
+    None while it trains."""
+    if not is_train_run(run):
+        from taigym.apps.evaluate import headline
+
+        out = json.loads((run / "metrics.json").read_text())
+        return {"agent": out["agent"], "env": out["env"], "seed": "", "env_steps": 0, "train_seconds": 0,
+                "load_1min": "", **eval_columns(headline(out))}
+    path = run / "result.json"
+    if not path.exists():
+        return None
+    result, info = json.loads(path.read_text()), run_info(run)
+    seconds = max(result["train_seconds"], logged_seconds(run))   # result.json: the last session's
+    return {**info, "train_seconds": round(seconds), "load_1min": result["load"][0], **eval_columns(result["eval"])}
+
+
 def curve(run: Path) -> list[dict]:
-    """The run's learning curve (module docstring)."""
+    """The run's learning curve (module docstring); none for an evaluate directory."""
+    if not is_train_run(run):
+        return []
     info = run_info(run)
     base = {k: info[k] for k in ("agent", "env", "seed")}
     if (run / "curve.csv").exists():
         with (run / "curve.csv").open(newline="") as f:
             return [{**base, "steps": int(r["steps"]), "seconds": r["seconds"], "source": "eval tasks",
-                     "success": _num(r["eval_success"]), "return": _num(r["train_return"])}
+                     "success": _num(r["eval_success"]), "return": _num(r["train_return"]),
+                     "spilled": _num(r.get("eval_spilled"))}
                     for r in csv.DictReader(f)]
     with (run / "metrics.csv").open(newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("rollout/ep_rew_mean") and r.get("rollout/success")]
     return [{**base, "steps": int(r["step"]), "seconds": r.get("time/time_elapsed", ""), "source": "training episodes",
-             "success": _num(r.get("rollout/success")), "return": _num(r["rollout/ep_rew_mean"])} for r in rows]
+             "success": _num(r.get("rollout/success")), "return": _num(r["rollout/ep_rew_mean"]),
+             "spilled": _num(r.get("rollout/spilled"))} for r in rows]
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
@@ -117,7 +140,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     envs = list(dict.fromkeys(r["env"] for r in rows))
-    fig, axes = plt.subplots(2, len(envs), figsize=(3.6 * len(envs), 5.4), squeeze=False)
+    fig, axes = plt.subplots(3, len(envs), figsize=(3.6 * len(envs), 7.8), squeeze=False)
     for j, env in enumerate(envs):
         mine = [r for r in rows if r["env"] == env]
         for key in dict.fromkeys((r["agent"], r["seed"], r["source"]) for r in mine):
@@ -126,6 +149,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             steps = [r["steps"] / 1e3 for r in line]
             axes[0, j].plot(steps, [r["success"] for r in line], marker="o", ms=2, label=label)
             axes[1, j].plot(steps, [r["return"] for r in line], marker="o", ms=2, label=label)
+            axes[2, j].plot(steps, [r["spilled"] for r in line], marker="o", ms=2, label=label)
         budgets = [max(r["steps"] for r in mine if r["agent"] == a) for a in {r["agent"] for r in mine}]
         if max(budgets) > 5 * min(budgets):           # agents' budgets of different scales (PPO 2M, SAC 150k)
             for ax in axes[:, j]:
@@ -134,7 +158,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         axes[0, j].set_ylim(-0.02, 1.02)
         axes[0, j].set_ylabel("success")
         axes[1, j].set_ylabel("return of training episodes", fontsize=8)
-        axes[1, j].set_xlabel("env steps (thousands)")
+        if not any(math.isfinite(r["spilled"]) for r in mine):   # an env without liquid (MultiContact)
+            axes[2, j].set_axis_off()
+        axes[2, j].set_ylim(-0.02, 1.02)
+        axes[2, j].set_ylabel("spilled fraction", fontsize=8)
+        axes[2, j].set_xlabel("env steps (thousands)")
         axes[0, j].legend(fontsize=6, loc="best")
         for ax in axes[:, j]:
             ax.grid(alpha=0.3)
@@ -161,11 +189,12 @@ def main() -> None:
         "rows: the final deterministic policy once on each of the first `episodes` eval tasks (the "
         "env's default reward), success with its Wilson 95 % interval and every other metric with "
         "its interval (Wilson for rates, Student t for means); train_seconds is wall time on the "
-        "shared 2-core machine, load_1min the 1-minute load average at the end. Curves: success on "
-        "the eval tasks during training when the run evaluated (source 'eval tasks'; its return is the "
-        "mean of the training episodes since the previous point), else the "
-        "training episodes' (source 'training episodes': success of the episodes that ended in "
-        "the logging interval, return the mean of the last 100 under the training reward).")
+        "shared 2-core machine, load_1min the 1-minute load average at the end; rows with 0 env "
+        "steps are `python -m taigym.apps.evaluate agent=random` on the same eval tasks. Curves: "
+        "success (and spilled) on the eval tasks during training when the run evaluated (source "
+        "'eval tasks'; its return is the mean of the training episodes since the previous point), else the "
+        "training episodes' (source 'training episodes': success and spilled fraction of the episodes "
+        "that ended in the logging interval, return the mean of the last 100 under the training reward).")
     plot(curves, args.out / f"{args.name}.png", args.title)
     print(json.dumps(rows))
 

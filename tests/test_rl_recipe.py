@@ -43,9 +43,12 @@ def test_recipe_applies_to_its_agent_and_env_only_and_the_command_line_wins():
 
 
 @pytest.mark.parametrize("agent", ["ppo", "sac"])
-def test_transport_recipes_compose_to_valid_options_and_env_arguments(agent):
-    """recipe/<agent>_transport.yaml: accepted by the agent's option check, and its training
-    env arguments are Transport-v0's (the dense reward with the learner's discount)."""
+@pytest.mark.parametrize("env", ["transport", "pour3d", "transport3d"])
+def test_liquid_env_recipes_compose_to_valid_options_and_env_arguments(agent, env):
+    """recipe/<agent>_<env>.yaml on the envs that step a FLIP liquid per control step: accepted
+    by the agent's option check, one training env (a second copy would build and compile its own
+    solver), and its training env arguments are the env's (the dense reward with the learner's
+    discount)."""
     from omegaconf import OmegaConf
 
     from taigym.agents.ppo import PPOAgent
@@ -53,11 +56,15 @@ def test_transport_recipes_compose_to_valid_options_and_env_arguments(agent):
     from taigym.agents.sb3 import check_cfg
 
     cls = {"ppo": PPOAgent, "sac": SACAgent}[agent]
-    cfg = OmegaConf.to_container(compose("train", [f"agent={agent}", "env=transport"]).agent, resolve=True)
+    full = compose("train", [f"agent={agent}", f"env={env}"])
+    cfg = OmegaConf.to_container(full.agent, resolve=True)
     hp = check_cfg({k: v for k, v in cfg.items() if k != "name"}, cls.DEFAULTS, agent)
     kw = hp["train_env_kwargs"]
-    assert kw["reward_mode"] == "dense" and kw["shaping_gamma"] == hp["gamma"]
-    gym.make("taigym/Transport-v0", **kw).close()          # the env accepts every argument
+    assert kw["reward_mode"] == "dense" and kw["shaping_gamma"] <= hp["gamma"]
+    assert hp["normalize_obs"] and hp["vec_env"] == "dummy"
+    if env != "transport":
+        assert hp["n_envs"] == 1
+    gym.make(full.env.id, **kw).close()                    # the env accepts every argument
 
 
 def test_sac_pour_recipe_composes_to_valid_options_and_the_batched_env_accepts_its_arguments():
