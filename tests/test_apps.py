@@ -318,6 +318,30 @@ def test_training_resumes_from_checkpoint(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("agent", ["ppo", "sac"])
+def test_the_last_checkpoint_holds_the_trained_weights(tmp_path, agent):
+    """The budget's last step checkpoints before the algorithm's last update; the checkpoint a run
+    ends with (what a rerun with a larger budget resumes from) must still be the trained agent."""
+    import stable_baselines3 as sb3
+    import torch
+
+    from taigym.apps.train import run_training
+
+    budget = ["agent.total_timesteps=512", "agent.checkpoint_every=256"]
+    if agent == "ppo":
+        cfg = _train_cfg(budget)
+    else:
+        cfg = compose("train", ["agent=sac", "env=pour_simplified_tilt", "logger=none", "eval_episodes=0",
+                                "agent.learning_starts=100", "agent.batch_size=32", "agent.progress_bar=false",
+                                *budget])
+    run_training(cfg, tmp_path)
+    algo = getattr(sb3, agent.upper())
+    final = algo.load(tmp_path / "agent.zip", device="cpu").policy.state_dict()
+    ckpt = algo.load(tmp_path / "checkpoints" / "model.zip", device="cpu").policy.state_dict()
+    assert final.keys() == ckpt.keys() and all(torch.equal(final[k], ckpt[k]) for k in final)
+
+
+@pytest.mark.integration
 def test_sac_checkpoints_its_replay_buffer_and_resumes(tmp_path):
     from taigym.training.sb3 import train_sac
 

@@ -85,10 +85,10 @@ def _make_callbacks(hp: Mapping, ckpt_dir: Path, logger, cfg_saved: Mapping, off
 
         def __init__(self):
             super().__init__(0)
-            self.last_saved = None
+            self.last_saved = self.started_at = None
 
         def _on_training_start(self) -> None:
-            self.last_saved = self.model.num_timesteps
+            self.last_saved = self.started_at = self.model.num_timesteps
 
         def _on_step(self) -> bool:
             dones = self.locals.get("dones")
@@ -106,7 +106,9 @@ def _make_callbacks(hp: Mapping, ckpt_dir: Path, logger, cfg_saved: Mapping, off
         def _on_training_end(self) -> None:
             if vec_normalize is not None:
                 attach_obs_norm(self.model, vec_normalize)
-            if self.model.num_timesteps != self.last_saved:
+            # the algorithm updates after the rollout whose last step may have checkpointed: save
+            # again whenever this call stepped at all, so that the checkpoint is the trained agent
+            if self.model.num_timesteps != self.started_at:
                 self.save()
 
         def save(self) -> None:
