@@ -38,9 +38,9 @@ from pathlib import Path
 from taigym.apps.common import save_figure, write_csv, write_result_meta
 
 ROOT = Path(__file__).resolve().parent.parent
-ROW_FIELDS = ("agent", "env", "seed", "env_steps", "train_seconds", "load_1min", "episodes", "success",
+ROW_FIELDS = ("agent", "env", "reward", "seed", "env_steps", "train_seconds", "load_1min", "episodes", "success",
               "success_ci95", "mean_return", "return_ci95", "metrics")
-CURVE_FIELDS = ("agent", "env", "seed", "steps", "seconds", "source", "success", "return", "spilled")
+CURVE_FIELDS = ("agent", "env", "reward", "seed", "steps", "seconds", "source", "success", "return", "spilled")
 
 
 def _fmt_ci(ci) -> str:
@@ -58,7 +58,11 @@ def run_info(run: Path) -> dict:
     config = json.loads((run / "train_config.json").read_text())
     state = run / "checkpoints" / "state.json"
     steps = json.loads(state.read_text())["num_timesteps"] if state.exists() else None
-    return {"agent": config["agent"]["name"], "env": config["env"]["name"], "seed": config["seed"], "env_steps": steps}
+    # the training envs' reward mode (agent.train_env_kwargs, else the env config's kwargs), "default"
+    # when neither sets it; the final rows evaluate under the env's default reward either way
+    kwargs = {**(config["env"].get("kwargs") or {}), **(config["agent"].get("train_env_kwargs") or {})}
+    return {"agent": config["agent"]["name"], "env": config["env"]["name"],
+            "reward": kwargs.get("reward_mode", "default"), "seed": config["seed"], "env_steps": steps}
 
 
 def logged_seconds(run: Path) -> float:
@@ -104,7 +108,7 @@ def final_row(run: Path) -> dict | None:
         from taigym.apps.evaluate import headline
 
         out = json.loads((run / "metrics.json").read_text())
-        return {"agent": out["agent"], "env": out["env"], "seed": "", "env_steps": 0, "train_seconds": 0,
+        return {"agent": out["agent"], "env": out["env"], "reward": "", "seed": "", "env_steps": 0, "train_seconds": 0,
                 "load_1min": "", **eval_columns(headline(out))}
     path = run / "result.json"
     if not path.exists():
@@ -119,7 +123,7 @@ def curve(run: Path) -> list[dict]:
     if not is_train_run(run):
         return []
     info = run_info(run)
-    base = {k: info[k] for k in ("agent", "env", "seed")}
+    base = {k: info[k] for k in ("agent", "env", "reward", "seed")}
     if (run / "curve.csv").exists():
         with (run / "curve.csv").open(newline="") as f:
             return [{**base, "steps": int(r["steps"]), "seconds": r["seconds"], "source": "eval tasks",
@@ -143,9 +147,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(3, len(envs), figsize=(3.6 * len(envs), 7.8), squeeze=False)
     for j, env in enumerate(envs):
         mine = [r for r in rows if r["env"] == env]
-        for key in dict.fromkeys((r["agent"], r["seed"], r["source"]) for r in mine):
-            line = [r for r in mine if (r["agent"], r["seed"], r["source"]) == key]
-            label = f"{key[0]} seed {key[1]} ({key[2]})"
+        for key in dict.fromkeys((r["agent"], r["seed"], r["reward"], r["source"]) for r in mine):
+            line = [r for r in mine if (r["agent"], r["seed"], r["reward"], r["source"]) == key]
+            label = f"{key[0]} seed {key[1]}, {key[2]} reward ({key[3]})"
             steps = [r["steps"] / 1e3 for r in line]
             axes[0, j].plot(steps, [r["success"] for r in line], marker="o", ms=2, label=label)
             axes[1, j].plot(steps, [r["return"] for r in line], marker="o", ms=2, label=label)
