@@ -139,6 +139,7 @@ from taigym.sim.soft_support import SoftSupport
 from .checks import bounded_float, check_action, choice
 from .multicontact_tasks import (FAMILIES, FLOOR_FRICTION, SPLIT_SIZES, MultiContactTask, multicontact_tasks, sample_task,
                                  soft_tasks)
+from .shaping import shaping_terms
 
 STANCE_HOLD = 0.25          # s: a new set of limbs in contact counts in info["stances"] once held this long
 PHYSICS_DT = 1.0 / 240.0
@@ -253,7 +254,7 @@ class MultiContactEnv(gym.Env):
             com = self.robot.com()
             self._aim = self.task.goal() + [0.0, 0.0, com[2] - self.sole_midpoint()[2]]
             self._d0 = float(np.linalg.norm(com - self._aim))
-            self.phi = self._potential()
+            self.phi = self._potentials()
         info = self._info(fell=False, violation=False, unstable=False)
         return self._obs(), info
 
@@ -306,9 +307,8 @@ class MultiContactEnv(gym.Env):
                      "success": self.success_bonus * success}
         if self.reward_mode == "dense":     # Phi = 0 on the step that ends the episode
             del terms["progress"]
-            phi = 0.0 if terminated or truncated else self._potential()
-            terms["advance"] = self.shaping_gamma * phi - self.phi
-            self.phi = phi
+            shaped, self.phi = shaping_terms(self.phi, self._potentials, self.shaping_gamma, terminated or truncated)
+            terms.update(shaped)
         info = self._info(fell=fell, violation=violation, unstable=unstable)
         info.update({"reward_" + k: v for k, v in terms.items()}, effort=effort)
         return self._obs(), float(sum(terms.values())), terminated, truncated, info
@@ -391,15 +391,16 @@ class MultiContactEnv(gym.Env):
             return True
         return bool(self._up(quat) < math.cos(FALL_TILT))
 
-    def _potential(self) -> float:
-        """The dense mode's potential (module docstring): the CoM's advance toward the goal,
-        weighted by how far the torso is from falling (1 as at the start, 0 at a fall threshold)."""
+    def _potentials(self) -> dict[str, float]:
+        """The dense mode's potential (module docstring), as ``taigym.envs.shaping`` takes it: the
+        CoM's advance toward the goal, weighted by how far the torso is from falling (1 as at the
+        start, 0 at a fall threshold)."""
         pos, quat = self.robot.get_state()[:2]
         (h0, up0), cos_fall = self._stand, math.cos(FALL_TILT)
         height = (pos[2] - self._ground_below(pos[0]) - FALL_HEIGHT) / max(h0 - FALL_HEIGHT, 1e-6)
         upright = (self._up(quat) - cos_fall) / max(up0 - cos_fall, 1e-6)
         u = float(np.clip(height, 0.0, 1.0) * np.clip(upright, 0.0, 1.0))
-        return self.progress_weight * u * (self._d0 - float(np.linalg.norm(self.robot.com() - self._aim)))
+        return {"advance": self.progress_weight * u * (self._d0 - float(np.linalg.norm(self.robot.com() - self._aim)))}
 
     def sinks(self) -> dict[str, float]:
         """Per foot touching a soft pad: the pad's simulated sink under it, the depression of the

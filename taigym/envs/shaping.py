@@ -1,6 +1,5 @@
 """Potential-based reward shaping (Ng, Harada & Russell 1999), the ``"dense"`` reward modes'
-step shared by the envs that keep their potentials as a dict (Transport-v0, Transport3D-v0,
-Pour3D-v0)."""
+step shared by the envs that have one (Transport-v0, Transport3D-v0, Pour3D-v0, MultiContact)."""
 
 from __future__ import annotations
 
