@@ -11,10 +11,10 @@ same ``--out`` skips the tasks it holds, so a long run can be split over process
 ``--check`` also verifies every stance of each plan with ``taigym.planners.stance.check_step``.
 The planning budget is a number of expanded stances (``--max-nodes``, the agent's default), so
 which tasks are planned does not depend on the machine's load; the planning time does, and is
-printed with the 1-min load average. A row's ``plan_nodes`` counts the stances of every search the
-planner ran (``searches``: name, status and stances of each). On ``soft`` tasks the rows also hold the planner's predicted
-sink of each sole on the pad (m) against the simulated one at the end of each shift (the
-next support alone loaded).
+printed with the 1-min load average. A row's ``plan_nodes`` counts the stances of every search
+the planner ran (``searches``: the name, status and stances of each). On ``soft`` tasks the rows
+also hold the planner's predicted sink of each sole on the pad (m) against the simulated one at
+the end of each shift (the next support alone loaded).
 Ends with one JSON line.
 """
 

@@ -56,7 +56,8 @@ laws towards the FSM's targets. The QP's torques are the action (torque control)
 step whose QP fails repeats the last solved torques.
 
 Agent configuration: ``max_nodes`` (the planning budget in expanded stances, default
-:data:`MAX_NODES`), ``time_limit`` (an optional wall-time budget, s; default none, so that a plan
+:data:`MAX_NODES`, for each of the planner's searches: on a slope climb a second search may
+follow the first, :func:`taigym.planners.stance.plan`), ``time_limit`` (an optional wall-time budget, s; default none, so that a plan
 does not depend on the machine's speed or load). The env must be in torque control with a control
 step of at most 1/60 s (``taigym/MultiContact-v1``'s defaults); ``make`` raises a ValueError otherwise.
 ``agent.plan`` holds the plan being executed (``status``, stances, configurations; after a
