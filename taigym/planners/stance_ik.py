@@ -55,11 +55,12 @@ FOOT_PLANE_CLEARANCE = 0.12   # m, a free sole centre's (its toe is 0.11 m ahead
 SWING_CLEARANCE = 0.06  # m, a swinging sole centre's height above the terrain under it at the transition
 LIFT_TOL = 0.02        # m, the transition's lift point is a waypoint: met to this, not to POS_TOL
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
-#: m, least distance of a trunk link (torso, waist, pelvis) from the scene in a stance, and the
-#: distance the executor's QP drives a trunk link back to: the env counts a link as touching the
-#: scene from where pybullet reports a contact point (9.5 mm for the torso, 4-5 mm for the waist
-#: and pelvis) and a trunk's touch as a fall. Eval slope 2's plan stood the pelvis 5-7 mm from the
-#: rail (the SQP's rows keep links 5 mm off) and the robot fell as the pelvis touched it
+#: m, least distance of a trunk link (torso, waist, pelvis) from the scene in a stance (not in a
+#: transition, which the executor does not follow), and the distance the executor's QP drives a
+#: trunk link back to: the env counts a link as touching the scene from where pybullet reports a
+#: contact point (9.5 mm for the torso, 4-5 mm for the waist and pelvis) and a trunk's touch as a
+#: fall. Eval slope 2's plan stood the pelvis 5-7 mm from the rail (the SQP's rows keep links 5 mm
+#: off) and the robot fell as the pelvis touched it
 TRUNK_CLEARANCE = 0.02
 
 
@@ -285,8 +286,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
-    if model.trunk_distance(TRUNK_CLEARANCE) < TRUNK_CLEARANCE:
-        return "trunk near the scene"
+    if lift is None and model.trunk_distance(TRUNK_CLEARANCE) < TRUNK_CLEARANCE:
+        return "trunk near the scene"     # (a transition is not executed: the 5 mm of its rows)
     if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
         return "hand through the ladder"
     if any((model.limb_ref(f) - o) @ nrm < 0.5 * c for o, nrm in model.ladder_planes
