@@ -180,6 +180,72 @@ def test_ladder_plans_keep_a_free_foot_off_the_rungs():
         model.close()
 
 
+class _FloorToTheSlope:
+    """A slope task with its floor's contact surface as it was before it ended 0.12 m short of
+    the slope (0.05 m): the configurations and plans of the tests using it were found then."""
+
+    def __init__(self, task):
+        self.task = task
+        self.family, self.start, self.size, self.goal_radius = task.family, task.start, task.size, task.goal_radius
+
+    def scene(self):
+        return self.task.scene()
+
+    def goal(self):
+        return self.task.goal()
+
+    def surfaces(self):
+        return [dataclasses.replace(s, u_range=(s.u_range[0], self.start - 0.05)) if s.name == "floor" else s
+                for s in self.task.surfaces()]
+
+
+def test_no_stance_stands_the_trunk_nearer_the_scene_than_the_controller_keeps_it():
+    """A trunk link touching the scene is a fall (the env counts a touch from where pybullet
+    reports a contact point: 9.5 mm for the torso, 4-5 mm for the waist and pelvis) and the
+    executor's QP drives a trunk link back to TRUNK_CLEARANCE (2 cm) from it. Eval slope 2's plan
+    stood the pelvis 6.6 mm from the rail as the right hand let go of the slope (the SQP keeps
+    links 5 mm off), and the robot fell as the pelvis touched it. Its moves replayed from the
+    start, that release now has no stance; the moves before it keep the trunk TRUNK_CLEARANCE away."""
+    moves = [("add", "left_hand", "rail"), ("release", "right_foot"), ("add", "right_foot", "floor"),
+             ("release", "left_hand"), ("release", "left_foot"), ("add", "left_foot", "slope"),
+             ("add", "left_hand", "rail"), ("add", "right_hand", "slope"), ("release", "right_foot"),
+             ("release", "right_hand")]
+    task = _FloorToTheSlope([t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][2])
+    model = st.StanceModel(task)
+    try:
+        step, stance = st.start_state(model)
+        for move in moves:
+            x = (step.base_pos, step.base_quat, step.q)
+            solve = next(s for est, s in st.adjacent_moves(model, stance, x, task.goal())
+                         if st.move_signature(stance, est) == move)
+            res = solve()
+            if res is None:
+                assert move == moves[-1]
+                break
+            stance, step = res
+            model.set((step.base_pos, step.base_quat, step.q))
+            assert model.trunk_distance(0.1) >= st.TRUNK_CLEARANCE
+    finally:
+        model.close()
+
+
+def test_a_sole_on_the_floor_stays_off_the_slope():
+    """A sole's contact points lie on its surface: a sole at the end of a slope task's floor
+    has its toe short of the slope's foot. Ending 0.05 m before the slope, the floor put the toe
+    6 cm up the slope (3 cm into it); executed, eval slope 0's rear sole rested on the slope's
+    edge, tilted 12 deg, the body 2-4 cm above the plan's, and the right hand stopped 2.5 cm short
+    of the slope (both swing tries timed out)."""
+    for task in [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][:5]:
+        model = st.StanceModel(task)
+        try:
+            floor = model.surfaces["floor"]
+            for foot in hum.FEET:
+                pts = np.array([pt for pt, *_ in model.force_points(st.Contact(foot, "floor", floor.u_range[1]))])
+                assert pts[:, 0].max() < task.start and np.allclose(pts[:, 2], 0.0)
+        finally:
+            model.close()
+
+
 def test_com_target_balances_the_yaw_moment_of_a_rail_hand():
     """On a 34 deg slope (steeper than a sole's friction cone) a single sole needs the rail hand
     to pull it uphill; beside the sole, that pull twists the body about the vertical, which the
@@ -302,8 +368,9 @@ def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
     most of the weight and OSQP stops at its iteration limit on stage 3's force QP, which is
     feasible (a linear program finds forces within every bound). contact_forces must return
     forces that balance the robot within the cones, the grip force and the torque limits, and
-    check_step accept them."""
-    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
+    check_step accept them. (The configuration is from when the floor's contact surface ended
+    0.05 m before the slope: the floor foot stands there.)"""
+    task = _FloorToTheSlope([t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5])
     support = (st.Contact("left_foot", "slope", 0.5530740418096399),
                st.Contact("left_hand", "rail", -0.06928260120746019),
                st.Contact("right_hand", "slope", 1.0703609548657853))

@@ -50,8 +50,9 @@ s.t. the dynamics M qdd = G + S^T tau + J_c^T K lambda (M from pybullet, velocit
 neglected at these speeds), contact maintenance J_c qdd = -D J_c qd, lambda >= 0 (pyramidal
 friction cones; grasps bounded by the grip force), |tau| <= tau_max, and clearance: a link other
 than the limbs' (soles, forearms) within 3 cm of the scene accelerates away from it
-(n^T J qdd >= KP (1 cm - d) - KD d', soft: a slack at a high cost; the QP has no contact force
-for such a link, so pressing on the scene made the forces differ from its model). The a_* are PD
+(n^T J qdd >= KP (1 cm - d) - KD d', 2 cm for a trunk link, whose touch is a fall; soft: a slack
+at a high cost; the QP has no contact force for such a link, so pressing on the scene made the
+forces differ from its model). The a_* are PD
 laws towards the FSM's targets. The QP's torques are the action (torque control); a control
 step whose QP fails repeats the last solved torques.
 
@@ -118,7 +119,7 @@ LIMB_SPEED = 0.3       # m/s, speed of a swinging limb's reference along its pat
 GRIP_REACH = 0.015     # m, a hand this close to a bar's surface closes its grip (the env grasps within 0.02)
 HAND_PRESS = 15.0      # N, least normal force of a hand on a wall (lighter, it drifted off the wall)
 CLEAR_NEAR = 0.03      # m, links other than the limbs' (soles, forearms) this near the scene are kept off it
-CLEAR_MIN = 0.01       # m, the distance they are driven back to
+CLEAR_MIN = 0.01       # m, the distance they are driven back to (a trunk link: the planner's TRUNK_CLEARANCE)
 KP_CLEAR = 100.0       # 1/s^2, gain of that distance's acceleration bound
 W_CLEAR = 1e4          # per (m/s^2)^2, penalty on violating that bound (a soft constraint: the QP stays feasible)
 
@@ -592,7 +593,8 @@ class StanceAgent(Agent):
         # the last swing, the stance shin pressed on the rung above its foot (40-60 N the QP did
         # not know of), the sole on the rung tipped to two points, the body yawed and fell.
         # The torso (pybullet's base, link -1) is kept off too: left out, it stood up into the slope's
-        # rail in eval slope 14's last swing (a touch of the torso is a fall).
+        # rail in eval slope 14's last swing (a touch of the torso is a fall). A trunk link is driven
+        # back to the planner's TRUNK_CLEARANCE: the env counts the torso as touching from 9.5 mm.
         # The limbs' own links (soles, forearms) are left out, touching or not: they make and break
         # contact on purpose; a released sole rests where it was till its swing lifts it (lifted
         # at the release instead, eval slopes 8, 10 and 15 fell) and a swinging limb lands.
@@ -606,6 +608,7 @@ class StanceAgent(Agent):
         supported = {c.limb for c in ph["support"]}
         free_leg = {rob.link_index[f"{foot.split('_')[0]}_{seg}"] for foot in hum.FEET if foot not in supported
                     for seg in ("thigh", "shin")}
+        trunk = {rob.link_index[name] for name in hum.TRUNK_LINKS}
         Jclr, b_clr = [], []
         for bid in model.scene_ids:
             for cp in p.getClosestPoints(rob.body, bid, CLEAR_NEAR, physicsClientId=model.client):
@@ -613,7 +616,8 @@ class StanceAgent(Agent):
                     continue
                 Jn = np.asarray(cp[7]) @ rob.jacobians(cp[3], np.asarray(cp[5])[None])[0][0]
                 Jclr.append(Jn)
-                b_clr.append(KP_CLEAR * (CLEAR_MIN - cp[8]) - _kd(KP_CLEAR) * float(Jn @ nu))
+                d_min = st.TRUNK_CLEARANCE if cp[3] in trunk else CLEAR_MIN
+                b_clr.append(KP_CLEAR * (d_min - cp[8]) - _kd(KP_CLEAR) * float(Jn @ nu))
         k = len(Jclr)
         nx = n + m + 21 + k
         Jcon = np.vstack(Jrows) if Jrows else np.zeros((0, n))

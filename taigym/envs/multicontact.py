@@ -121,6 +121,9 @@ Humanoid: torques every 0.015 s). ``control="pd", control_dt=0.05`` remains avai
   evaluations report.
 * v1, v0 (2026-11-28): ``reward_mode`` ("progress", the reward so far, the default; "dense";
   "sparse") and ``shaping_gamma``; info gains ``reward_alive`` and ``reward_success``.
+* v1, v0 (2026-11-28): on ``slope`` tasks the floor's contact surface (``task.surfaces()``) ends
+  0.12 m before the slope (0.05 m before, a sole at its end had its toe on the slope); the
+  scenes, observations and rewards are unchanged.
 """
 
 from __future__ import annotations

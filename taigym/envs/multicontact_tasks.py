@@ -230,7 +230,10 @@ class MultiContactTask:
             a = self.size
             t = (math.cos(a), 0.0, math.sin(a))
             n = (-math.sin(a), 0.0, math.cos(a))
-            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.05), FLOOR_FRICTION, feet))
+            # a sole on the floor ends 1 cm short of the slope's foot: at s - 0.05 its toe was 6 cm up
+            # the slope (3 cm into it), and the executed sole rested on the slope's edge, tilted 12 deg,
+            # the body 2-4 cm higher than planned (eval slope 0: the right hand stopped short of the slope)
+            out.append(Surface("floor", "plane", (0, 0, 0), (1, 0, 0), up, (-0.5, s - 0.12), FLOOR_FRICTION, feet))
             out.append(Surface("slope", "plane", (s, 0, 0), t, n, (0.05, 1.9), SLOPE_FRICTION, feet + ("right_hand",)))
             out.append(Surface("rail", "bar", (s, RAIL_Y, 0.85), t, up, (-1.0, 2.0), FLOOR_FRICTION, left,
                                lateral=False, radius=BAR_RADIUS))

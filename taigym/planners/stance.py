@@ -36,17 +36,17 @@ import numpy as np
 from taigym.sim import humanoid as hum
 
 from .stance_check import check_step
-from .stance_ik import (FOOT_PLANE_CLEARANCE, HAND_PLANE_CLEARANCE, LIFT_TOL, POS_TOL, SWING_CLEARANCE, solve_ik,
-                        solve_transition, terrain_height)
+from .stance_ik import (FOOT_PLANE_CLEARANCE, HAND_PLANE_CLEARANCE, LIFT_TOL, POS_TOL, SWING_CLEARANCE,
+                        TRUNK_CLEARANCE, solve_ik, solve_transition, terrain_height)
 from .stance_model import MU_MARGIN, Contact, Plan, StanceModel, StanceTask, Step, stance_key
 from .stance_statics import (GRASP_GENERATORS, com_accel_margin, com_target, cone_generators, contact_forces,
                              stability_margin)
 
 __all__ = ["COM_ACCEL_MARGIN", "Contact", "FOOT_PLANE_CLEARANCE", "GRASP_GENERATORS", "HAND_PLANE_CLEARANCE",
            "LIFT_TOL", "MU_MARGIN", "POS_TOL", "Plan", "SWING_CLEARANCE", "StanceModel", "StanceTask", "Step",
-           "adjacent_moves", "beyond_sole_cone", "check_step", "climbs_beyond_sole_cone", "com_accel_margin",
-           "com_target", "cone_generators", "contact_forces", "move_signature", "plan", "solve_ik", "solve_transition",
-           "stability_margin", "stance_key", "start_state", "terrain_height"]
+           "TRUNK_CLEARANCE", "adjacent_moves", "beyond_sole_cone", "check_step", "climbs_beyond_sole_cone",
+           "com_accel_margin", "com_target", "cone_generators", "contact_forces", "move_signature", "plan", "solve_ik",
+           "solve_transition", "stability_margin", "stance_key", "start_state", "terrain_height"]
 
 REACH = 0.9             #: m, farthest a limb is tried ahead of where it is
 SHORT_REACH = 0.45      #: m, the climb search's second Adj+ class for a foot: its place at most this far ahead

@@ -5,7 +5,8 @@ equilibrium touching a stance's contacts, and the transitions between adjacent s
   touching every contact of the larger stance, in static equilibrium on the contacts of the
   smaller one (that is q in F_sigma intersected with F_sigma'), with contact forces in
   linearised (pyramidal, inscribed) friction cones, grasps bounded by the grip force, joint
-  torques within limits, joints within limits and no collision with the scene (on a ladder,
+  torques within limits, joints within limits and no collision with the scene (the trunk at
+  least TRUNK_CLEARANCE from it; on a ladder,
   both hands and any foot not in contact also stay in front of the plane of rungs). It is solved in
   stages, each by a maintained QP solver (OSQP) on Jacobians from pybullet's forward
   kinematics: (1) the centre of mass xy and forces that balance gravity on the fixed contact
@@ -54,6 +55,13 @@ FOOT_PLANE_CLEARANCE = 0.12   # m, a free sole centre's (its toe is 0.11 m ahead
 SWING_CLEARANCE = 0.06  # m, a swinging sole centre's height above the terrain under it at the transition
 LIFT_TOL = 0.02        # m, the transition's lift point is a waypoint: met to this, not to POS_TOL
 W_PROGRESS = 10.0      # pull of the new contact along the surface towards the goal (per m)
+#: m, least distance of a trunk link (torso, waist, pelvis) from the scene in a stance (not in a
+#: transition, which the executor does not follow), and the distance the executor's QP drives a
+#: trunk link back to: the env counts a link as touching the scene from where pybullet reports a
+#: contact point (9.5 mm for the torso, 4-5 mm for the waist and pelvis) and a trunk's touch as a
+#: fall. Eval slope 2's plan stood the pelvis 5-7 mm from the rail (the SQP's rows keep links 5 mm
+#: off) and the robot fell as the pelvis touched it
+TRUNK_CLEARANCE = 0.02
 
 
 # ---------------------------------------------------------------------- stage 2: configuration SQP
@@ -278,6 +286,8 @@ def _sqp(model: StanceModel, x, fixed, free, u, u_bounds, goal_dir, com_xy, iter
         return "torso tilt"
     if model.collides(tuple(contacts)):
         return "collision"
+    if lift is None and model.trunk_distance(TRUNK_CLEARANCE) < TRUNK_CLEARANCE:
+        return "trunk near the scene"     # (a transition is not executed: the 5 mm of its rows)
     if model.hand_clearance() < 0.5 * HAND_PLANE_CLEARANCE:
         return "hand through the ladder"
     if any((model.limb_ref(f) - o) @ nrm < 0.5 * c for o, nrm in model.ladder_planes

@@ -151,6 +151,14 @@ class StanceModel:
         return min([float((self.limb_ref(h) - o) @ n) for o, n in self.ladder_planes for h in hum.HANDS],
                    default=math.inf)
 
+    def trunk_distance(self, within: float) -> float:
+        """Least distance (m) of a trunk link (torso, waist, pelvis) from the scene; ``within`` if
+        none is nearer than that."""
+        trunk = {self.robot.link_index[name] for name in hum.TRUNK_LINKS}
+        return min((cp[8] for bid in self.scene_ids
+                    for cp in p.getClosestPoints(self.robot.body, bid, within, physicsClientId=self.client)
+                    if cp[3] in trunk), default=within)
+
     def close(self) -> None:
         try:
             p.disconnect(physicsClientId=self.client)
