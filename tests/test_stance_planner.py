@@ -17,6 +17,10 @@ from taigym.sim.constants import GRAVITY
 TASK = MultiContactTask(family="gap", start=0.45, size=0.4)
 
 
+def _eval(family: str, index: int):
+    return [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == family][index]
+
+
 @pytest.fixture(scope="module")
 def start_step():
     model = st.StanceModel(TASK)
@@ -177,8 +181,8 @@ def test_ladder_plans_keep_a_free_foot_off_the_rungs():
 
 
 class _FloorToTheSlope:
-    """Eval slope 2 with its floor's contact surface as it was when its plan put the pelvis near
-    the rail (ending 0.05 m before the slope): the moves replayed below are that plan's."""
+    """A slope task with its floor's contact surface as it was before it ended 0.12 m short of
+    the slope (0.05 m): the configurations and plans of the tests using it were found then."""
 
     def __init__(self, task):
         self.task = task
@@ -326,6 +330,19 @@ def test_planner_climbs_a_steep_slope():
     assert all(st.check_step(task, s) == [] for s in plan.steps)
 
 
+@pytest.mark.slow
+def test_the_climb_search_plans_a_long_slope_the_plain_one_does_not():
+    """Eval slope 12 (29 deg, the goal 0.96 m up it: both feet must leave the floor): the plain
+    search spends its 400 stances below a rail hand grasped too low; the climb search after it
+    finds a checked plan within its own 400."""
+    task = _eval("slope", 12)
+    plan = st.plan(task, max_nodes=400)
+    assert [(name, status) for name, status, _ in plan.searches] == [("plain", "budget"), ("climb", "solved")]
+    assert plan.nodes == sum(n for *_, n in plan.searches)
+    assert not any(c.surface == "floor" for c in plan.stances[-1])
+    assert all(st.check_step(task, s) == [] for s in plan.steps)
+
+
 def test_plans_stay_within_the_friction_cones_the_controller_uses():
     """Eval slope 19 (28.5 deg, friction 0.55) is just inside a lone sole's friction cone (28.8
     deg) but outside the MU_MARGIN (85 %) of it the executor's QP may use. Its plan stood on one
@@ -351,8 +368,9 @@ def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
     most of the weight and OSQP stops at its iteration limit on stage 3's force QP, which is
     feasible (a linear program finds forces within every bound). contact_forces must return
     forces that balance the robot within the cones, the grip force and the torque limits, and
-    check_step accept them."""
-    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
+    check_step accept them. (The configuration is from when the floor's contact surface ended
+    0.05 m before the slope: the floor foot stands there.)"""
+    task = _FloorToTheSlope([t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5])
     support = (st.Contact("left_foot", "slope", 0.5530740418096399),
                st.Contact("left_hand", "rail", -0.06928260120746019),
                st.Contact("right_hand", "slope", 1.0703609548657853))
@@ -385,3 +403,71 @@ def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
         assert st.check_step(task, step) == []
     finally:
         model.close()
+
+
+def test_the_climb_search_runs_only_where_the_feet_climb_beyond_a_soles_cone():
+    """Where the plain search spends its budget on a slope steeper than a lone sole's cone, plan()
+    runs the climb search with a budget of its own (a fresh start and a replan alike); the plan
+    counts the stances of both. Elsewhere (a gap; a solved plan) the plain search alone, as before."""
+    slope = _eval("slope", 12)
+    model = st.StanceModel(slope)
+    try:
+        assert st.climbs_beyond_sole_cone(model)
+        step, stance = st.start_state(model)
+    finally:
+        model.close()
+    for start in (None, (stance, (step.base_pos, step.base_quat, step.q))):
+        plan = st.plan(slope, max_nodes=3, start=start)
+        assert plan.status == "budget"
+        assert plan.searches == [("plain", "budget", 3), ("climb", "budget", 3)]
+        assert plan.nodes == 6
+    gap = _eval("gap", 0)
+    model = st.StanceModel(gap)
+    try:
+        assert not st.climbs_beyond_sole_cone(model)
+    finally:
+        model.close()
+    plan = st.plan(gap, max_nodes=3)
+    assert plan.searches == [("plain", "budget", 3)] and plan.nodes == 3
+
+
+def test_a_solved_plain_search_is_the_plan(walk):
+    assert walk.searches == [("plain", "solved", walk.nodes)]
+
+
+def test_the_climb_search_offers_a_foot_a_near_foothold_on_a_slope_beyond_its_cone():
+    """On a plane a lone sole cannot stand on (eval slope 12, 29 deg: beyond the part of the
+    sole's cone the plan may use), the IK's farthest foothold leaves the feet so far apart that
+    the rear one can never be released (the plain search spends its budget there), so the climb
+    search also offers a foot a second class of places, within SHORT_REACH ahead. The plain search
+    and level ground: one class."""
+    slope = _eval("slope", 12)
+    for task, up, near, classes in ((slope, "slope", True, 2), (slope, "slope", False, 1),
+                                    (MultiContactTask(family="step", start=0.45, size=0.35), "step", True, 1)):
+        model = st.StanceModel(task)
+        try:
+            step, stance = st.start_state(model)
+            x0 = (step.base_pos, step.base_quat, step.q)
+            # the right foot let go (the left sole alone holds the robot)
+            release = next(solve for est, solve in st.adjacent_moves(model, stance, x0, task.goal())
+                           if {c.limb for c in est} == {"left_foot"})
+            stance, step = release()
+            x0 = (step.base_pos, step.base_quat, step.q)
+            moves = [solve for est, solve in st.adjacent_moves(model, stance, x0, task.goal(), near_footholds=near)
+                     if any(c.limb == "right_foot" and c.surface == up for c in est)]
+            assert len(moves) == classes
+            if classes == 1:
+                continue
+            surface = model.surfaces[up]
+            model.set(x0)
+            u_now = float((model.limb_ref("right_foot") - np.asarray(surface.origin)) @ np.asarray(surface.t))
+            placed = []
+            for solve in moves:
+                res = solve()
+                assert res is not None
+                placed.append(next(c.u for c in res[0] if c.limb == "right_foot"))
+            far, near_u = sorted(placed, reverse=True)
+            assert near_u <= u_now + st.SHORT_REACH + 1e-6 < far
+        finally:
+            model.close()
+

@@ -57,9 +57,11 @@ laws towards the FSM's targets. The QP's torques are the action (torque control)
 step whose QP fails repeats the last solved torques.
 
 Agent configuration: ``max_nodes`` (the planning budget in expanded stances, default
-:data:`MAX_NODES`), ``time_limit`` (an optional wall-time budget, s; default none, so that a plan
-does not depend on the machine's speed or load). The env must be in torque control with a control
-step of at most 1/60 s (``taigym/MultiContact-v1``'s defaults); ``make`` raises a ValueError otherwise.
+:data:`MAX_NODES`, for each of the planner's searches: on a slope climb a second search may
+follow the first, :func:`taigym.planners.stance.plan`), ``time_limit`` (an optional wall-time
+budget, s; default none, so that a plan does not depend on the machine's speed or load). The env
+must be in torque control with a control step of at most 1/60 s (``taigym/MultiContact-v1``'s
+defaults); ``make`` raises a ValueError otherwise.
 ``agent.plan`` holds the plan being executed (``status``, stances, configurations; after a
 replan, the new one), ``agent.replans`` the replans of the episode; ``agent.qp_forces`` the last
 QP's force on each support limb (N, world frame; compare with pybullet's contact forces).
@@ -79,7 +81,7 @@ from taigym.sim.constants import TORQUE_CONTROL_DT
 
 from .base import Agent, check_ranges, planning
 
-MAX_NODES = 400        # stances the planner may expand (a node budget: plans do not depend on the machine's load)
+MAX_NODES = 400        # stances each of the planner's searches may expand (a node budget: plans do not depend on the load)
 TOE_AHEAD = 0.15       # m, from a sole's centre to just past its toe (sole half length 0.11)
 STEP_FACE = 0.05       # m, terrain this much higher than a sole just ahead of its toe is a step's face
 FACE_CLEAR = 0.04      # m, a sole before a step's face draws back this far as it rises

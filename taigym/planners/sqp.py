@@ -51,6 +51,8 @@ from taigym.models.simplified import (OutflowFit, fit_for, jet_directions, jet_d
 from taigym.sim.constants import GRAVITY
 from taigym.sim.geometry import Box, Container
 
+from . import osqp_quiet
+
 
 # ---------------------------------------------------------------------- problem and result
 @dataclass(frozen=True)
@@ -450,7 +452,7 @@ class _Subproblem:
                               max_iter=400, polishing=True, adaptive_rho_interval=25)
         else:
             self.solver.update(Px=Px, Ax=Ax, q=q, l=lower, u=upper)
-        sol = self.solver.solve(raise_error=False)
+        sol = osqp_quiet.solve(self.solver)
         if sol.x is None or not np.all(np.isfinite(sol.x)):
             return None
         return sol.x[:n_z], sol.x[n_z:]

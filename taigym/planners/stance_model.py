@@ -100,9 +100,12 @@ class Plan:
     status: str                       # "solved" | "budget" | "exhausted"
     steps: list[Step] = field(default_factory=list)
     stances: list[tuple[Contact, ...]] = field(default_factory=list)
-    nodes: int = 0
+    nodes: int = 0                    # stances expanded, over every search run
     ik_calls: int = 0
     seconds: float = 0.0
+    #: (name, status, stances expanded) of each search run, in order: "plain", then "climb" if
+    #: the plain one spent its budget on a slope climb (:func:`taigym.planners.stance.plan`)
+    searches: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def solved(self) -> bool:

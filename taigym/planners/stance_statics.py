@@ -18,6 +18,7 @@ from scipy.optimize import linprog
 from taigym.sim import humanoid as hum
 from taigym.sim.constants import GRAVITY
 
+from . import osqp_quiet
 from .stance_model import DEBUG, StanceModel
 
 #: a grasp's force on the hand: any direction but down (columns +x, +y, +z, -x, -y). A bar that
@@ -54,7 +55,7 @@ def solve_qp(P, q, A, lo, hi, *, approximate: bool = False):
     # P's upper triangle (all OSQP reads; given the full P it extracts it, again a slow scipy path)
     solver.setup(csc(np.triu(P * scale)), q * scale, csc(A), lo, hi, verbose=False,
                  eps_abs=1e-7, eps_rel=1e-7, max_iter=4000, polishing=True)
-    res = solver.solve(raise_error=False)
+    res = osqp_quiet.solve(solver)
     if res.info.status in ("solved", "solved inaccurate"):
         return res.x
     if approximate and res.x is not None and np.all(np.isfinite(res.x)):
