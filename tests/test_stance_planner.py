@@ -368,9 +368,8 @@ def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
     most of the weight and OSQP stops at its iteration limit on stage 3's force QP, which is
     feasible (a linear program finds forces within every bound). contact_forces must return
     forces that balance the robot within the cones, the grip force and the torque limits, and
-    check_step accept them. (The configuration is from when the floor's contact surface ended
-    0.05 m before the slope: the floor foot stands there.)"""
-    task = _FloorToTheSlope([t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5])
+    check_step accept them."""
+    task = [t for t in taigym.envs.tasks("multicontact", "eval") if t.family == "slope"][5]
     support = (st.Contact("left_foot", "slope", 0.5530740418096399),
                st.Contact("left_hand", "rail", -0.06928260120746019),
                st.Contact("right_hand", "slope", 1.0703609548657853))
@@ -396,8 +395,9 @@ def test_stage_3_finds_forces_where_osqp_stops_at_its_iteration_limit():
         assert out is not None
         points, tau, resid = out
         assert resid <= 1.0 and np.all(np.abs(tau) <= 1.01 * tmax)
-        # the floor foot the release lets go of still touches (at the floor's front end)
-        floor = st.Contact("right_foot", "floor", model.surfaces["floor"].u_range[1])
+        # the floor foot the release lets go of still touches (where the floor's contact range
+        # ended when the search found this configuration, 0.05 m before the slope)
+        floor = st.Contact("right_foot", "floor", task.start - 0.05)
         step = st.Step(tuple(sorted(support + (floor,))), support, *(np.asarray(v, float) for v in x), points, tau)
         assert st.check_step(task, step) == []
     finally:
