@@ -89,7 +89,8 @@ def main() -> None:
                 os.replace(tmp, args.video)
                 video_written = True
             row = dict(family=fam, index=i, plan=plan.status, plan_seconds=plan.seconds, plan_nodes=plan.nodes,
-                       ik_calls=plan.ik_calls, searches=[list(x) for x in plan.searches], stances=len(plan.stances), checked=checked if args.check else None,
+                       ik_calls=plan.ik_calls, searches=[list(x) for x in plan.searches], stances=len(plan.stances),
+                       checked=checked if args.check else None,
                        success=bool(info["success"]), fell=bool(info["fell"]), sim_seconds=info["time"],
                        wall_seconds=time.perf_counter() - t0, goal_distance=info["goal_distance"],
                        events=[e for _, e in agent.events], load=os.getloadavg()[0])
@@ -99,7 +100,8 @@ def main() -> None:
             _save(args.out, rows)
             r = row
             print(f"{fam:7s} #{i:2d} plan={r['plan']:9s} {r['plan_seconds']:5.1f} s {r['plan_nodes']:3d} nodes "
-                  f"{r['ik_calls']:4d} IK ({', '.join(f'{n} {s} {k}' for n, s, k in r['searches'])}) checked={r['checked']} success={r['success']} fell={r['fell']} "
+                  f"{r['ik_calls']:4d} IK ({', '.join(f'{n} {s} {k}' for n, s, k in r['searches'])}) "
+                  f"checked={r['checked']} success={r['success']} fell={r['fell']} "
                   f"t={r['sim_seconds']:5.1f} s goal distance {r['goal_distance']:.2f} m load {r['load']:.1f}  "
                   f"{', '.join(r['events'])}" + "".join(f"  {l} sink planned {a * 1e3:.3f} simulated {b * 1e3:.3f} mm ({fa:.0f}, {fb:.0f} N)"
                                                          for l, a, b, fa, fb in r.get("sinks", [])), flush=True)
